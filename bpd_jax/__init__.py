@@ -1,0 +1,1 @@
+"""bpd_jax: blockwise parallel decoding for JAX/Flax Transformers."""

@@ -1,0 +1,11 @@
+"""Model-agnostic decoders: greedy and blockwise parallel decoding.
+
+Nothing here imports a model. A decoder receives a `DecodingFns`: plain
+functions that extend a cache by n positions per example and map the
+resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
+"""
+
+from bpd_jax.decoding.blockwise import blockwise_decode
+from bpd_jax.decoding.criteria import Criterion, Distance, Exact, TopK
+from bpd_jax.decoding.greedy import greedy_decode
+from bpd_jax.decoding.types import DecodeResult, DecodingFns

@@ -1,0 +1,93 @@
+"""Verification criteria: which proposed tokens the scoring model accepts.
+
+Stern et al. 2018, sections 3 and 5: exact verification returns exactly the
+greedy output; top-t and distance verification trade quality for longer
+accepted blocks. A minimum block size (accept at least l tokens per call) is
+a separate option of the decoder and applies with any criterion.
+
+Criteria are frozen dataclasses, hashable, so they can be static arguments
+of a jitted decoder.
+"""
+
+import abc
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+class Criterion(abc.ABC):
+  """Decides, position by position, whether a proposal is acceptable."""
+
+  @abc.abstractmethod
+  def accepts(self, proposals: jax.Array, logits: jax.Array) -> jax.Array:
+    """Whether each proposal passes.
+
+    Args:
+      proposals: [..., n] proposed token ids.
+      logits: [..., n, vocab] the scoring model's logits for the same
+        positions (conditioned on the proposals before them).
+
+    Returns:
+      [..., n] bool.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Exact(Criterion):
+  """Accept a proposal equal to the scoring model's argmax (greedy output)."""
+
+  def accepts(self, proposals, logits):
+    return proposals == jnp.argmax(logits, axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK(Criterion):
+  """Accept a proposal among the scoring model's `t` highest-scoring tokens.
+
+  Ties are broken as `jax.lax.top_k` breaks them (lower id first), so
+  TopK(1) accepts exactly what Exact accepts.
+  """
+  t: int
+
+  def __post_init__(self):
+    if not isinstance(self.t, int) or self.t < 1:
+      raise ValueError(f'top-k verification needs t >= 1, got t={self.t!r}.')
+
+  def accepts(self, proposals, logits):
+    if self.t > logits.shape[-1]:
+      raise ValueError(f'top-k verification with t={self.t} exceeds the '
+                       f'vocabulary size {logits.shape[-1]}.')
+    _, top = jax.lax.top_k(logits, self.t)
+    return jnp.any(top == proposals[..., None], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distance(Criterion):
+  """Accept |proposal - argmax| <= eps, for ordinal tokens (pixel values)."""
+  eps: float
+
+  def __post_init__(self):
+    if not self.eps >= 0:
+      raise ValueError(f'distance verification needs eps >= 0, '
+                       f'got eps={self.eps!r}.')
+
+  def accepts(self, proposals, logits):
+    best = jnp.argmax(logits, axis=-1)
+    return jnp.abs(proposals - best) <= self.eps
+
+
+def accepted_count(accepts: jax.Array, min_accepted: int = 0) -> jax.Array:
+  """Length of the accepted prefix, at least `min_accepted`.
+
+  Args:
+    accepts: [..., n] bool, per proposal.
+    min_accepted: proposals taken without verification (the minimum block
+      size l of the paper is min_accepted + 1: the scoring model's own token
+      always follows the accepted proposals).
+
+  Returns:
+    [...] int32 in [min(min_accepted, n), n].
+  """
+  prefix = jnp.cumprod(accepts.astype(jnp.int32), axis=-1).sum(axis=-1)
+  return jnp.maximum(prefix, min(min_accepted, accepts.shape[-1]))

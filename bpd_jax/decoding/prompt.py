@@ -1,0 +1,43 @@
+"""The steps every decoder shares: the prompt pass and the buffer layout."""
+
+import jax
+import jax.numpy as jnp
+
+from bpd_jax import ops
+from bpd_jax.decoding.types import Cache, DecodingFns
+
+
+def required_positions(prompt_length: int, max_len: int, k: int = 1) -> int:
+  """Decoder positions a cache must hold.
+
+  The prompt, max_len generated tokens, and the k - 1 positions a proposal
+  block reaches past the last token (an example that has finished still
+  takes part in the batch's calls, at its final offset).
+  """
+  return prompt_length + max_len + k - 1
+
+
+def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
+            prompt_lengths: jax.Array) -> tuple[jax.Array, Cache]:
+  """Runs the prompt through the model: the first model call.
+
+  Args:
+    fns: the model's decoding functions.
+    cache: an empty cache holding at least `required_positions` positions.
+    prompt: [batch, prompt_length] tokens, right-padded.
+    prompt_lengths: [batch] valid prompt tokens per example (>= 1).
+
+  Returns:
+    (features at each example's last prompt position [batch, ...], cache).
+    Padding positions past a prompt are written to the cache too; they lie
+    where the first generated tokens go and are overwritten before any query
+    can attend to them.
+  """
+  features, cache = fns.extend(cache, prompt,
+                               jnp.zeros_like(prompt_lengths))
+  return ops.take_at(features, prompt_lengths - 1), cache
+
+
+def argmax(logits: jax.Array) -> jax.Array:
+  """Greedy token ids: [..., vocab] -> [...] int32."""
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)

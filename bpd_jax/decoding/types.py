@@ -1,0 +1,64 @@
+"""What decoders take from a model, and what they return."""
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Cache = Any  # Any pytree the model's `extend` reads and returns.
+
+
+class DecodingFns(NamedTuple):
+  """The model side of decoding, as pure functions (traced inside the loop).
+
+  Attributes:
+    extend: (cache, tokens [batch, n], start [batch]) ->
+      (features [batch, n, ...], cache). Runs the model on n new positions
+      per example, tokens[:, j] sitting at absolute position start + j, and
+      records them in the cache. Positions at or past an example's accepted
+      length may hold stale entries from rejected proposals: the model must
+      let a query at position p attend to positions <= p only.
+    next_token_logits: features [..., ...] -> [..., vocab]. The scoring model
+      (head 1): the distribution of the token after each position.
+    proposal_logits: features [batch, ...] -> [batch, k - 1, vocab]. Heads
+      2..k: the tokens 2..k positions after the given one. Unused by greedy
+      decoding and by blockwise decoding with k = 1.
+  """
+  extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
+  next_token_logits: Callable[[Any], jax.Array]
+  proposal_logits: Callable[[Any], jax.Array] | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodeResult:
+  """Decoded tokens and per-example statistics.
+
+  Counting convention: every model call is counted, the first one (the
+  prompt pass, which yields the first token and the first proposals)
+  included. A call "appends" the tokens it adds to an example's output.
+
+  Attributes:
+    tokens: [batch, max_len] generated tokens; pad_id after the end. An
+      example ends at its first eos_id (kept) or after max_len tokens.
+    lengths: [batch] generated tokens, eos_id included.
+    model_calls: [batch] model calls made while the example was unfinished.
+    block_sizes: [batch, k + 1] histogram: block_sizes[i, j] is the number
+      of model calls that appended j tokens to example i (greedy: k = 1).
+      Sums to model_calls; sum_j j * block_sizes[i, j] == lengths[i].
+  """
+  tokens: jax.Array
+  lengths: jax.Array
+  model_calls: jax.Array
+  block_sizes: jax.Array
+
+  @property
+  def mean_block_size(self) -> jax.Array:
+    """Tokens per model call over the whole batch (1 for greedy)."""
+    return self.lengths.sum() / jnp.maximum(self.model_calls.sum(), 1)
+
+  @property
+  def iterations(self) -> jax.Array:
+    """Model calls of the batch: the loop runs until its slowest example ends."""
+    return self.model_calls.max()

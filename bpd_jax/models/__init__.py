@@ -1,0 +1,5 @@
+"""Flax NNX models. Nothing here imports a decoder."""
+
+from bpd_jax.models.heads import ProposalHeads
+from bpd_jax.models.transformer import (DecodeCache, Transformer,
+                                        TransformerConfig)

@@ -1,0 +1,117 @@
+"""The blockwise proposal head (Stern et al. 2018, section 6).
+
+Head i (1-based) predicts the token i positions after the current one from
+the decoder output h at that position: head_i(h) = h + FFN_i(h), followed by
+the model's own (shared) vocabulary projection. Two layouts of the FFN:
+
+- "joint", as in the paper: one hidden layer of size H * hidden shared by all
+  H heads with a layer, and an output of size H * d_model, one slice a head.
+- "independent": H separate feed-forward layers, d_model -> hidden ->
+  d_model. At k=8 and Transformer-base sizes the joint layer holds ~75M
+  weights, more than the decoder it sits on, and reading them every decoding
+  step costs more than the step itself at batch 1; independent heads of the
+  same hidden size read 1/H of that for the same proposal.
+
+Head 1 is either the base model's own next-token output, untouched
+(`head1_from_base=True`: verification is against the original model, and
+training the heads on a frozen base keeps its quality exactly), or goes
+through the new layer too, as in the original Tensor2Tensor code.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+HEAD_LAYERS = ('joint', 'independent')
+
+
+class ProposalHeads(nnx.Module):
+  """Maps decoder outputs [..., d_model] to per-head states [..., heads, d_model].
+
+  The states go through the model's vocabulary projection to give logits.
+  """
+
+  def __init__(self, d_model: int, num_heads: int, hidden: int, *,
+               layer: str = 'independent', head1_from_base: bool = True,
+               dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+    """Creates the head layer.
+
+    Args:
+      d_model: width of the decoder output.
+      num_heads: k, the number of heads, head 1 included.
+      hidden: hidden width of one head's feed-forward layer (the joint layer
+        has num_heads_with_layer * hidden units in all).
+      layer: 'joint' or 'independent'.
+      head1_from_base: head 1 is the decoder output itself (no layer).
+      dtype: computation dtype (None: from inputs and params).
+      param_dtype: parameter dtype.
+      rngs: initialisation randomness.
+    """
+    if layer not in HEAD_LAYERS:
+      raise ValueError(f'head layer {layer!r} is not one of {HEAD_LAYERS}.')
+    if num_heads < 1:
+      raise ValueError(f'num_heads={num_heads} must be >= 1.')
+    if hidden < 1:
+      raise ValueError(f'head hidden size {hidden} must be >= 1.')
+    self.num_heads = num_heads
+    self.layer = layer
+    self.head1_from_base = head1_from_base
+    self.dtype = dtype
+    # Heads that own a slice of the feed-forward layer.
+    n = num_heads - 1 if head1_from_base else num_heads
+    self.num_layer_heads = n
+    init = nnx.initializers.lecun_normal()
+    p = lambda *shape: nnx.Param(init(rngs.params(), shape, param_dtype))
+    z = lambda *shape: nnx.Param(jnp.zeros(shape, param_dtype))
+    if n == 0:
+      return
+    if layer == 'joint':
+      self.w_in, self.b_in = p(d_model, n * hidden), z(n * hidden)
+      self.w_out, self.b_out = p(n * hidden, n, d_model), z(n, d_model)
+    else:
+      self.w_in, self.b_in = p(n, d_model, hidden), z(n, hidden)
+      self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
+
+  def __call__(self, h: jax.Array, first: int, count: int) -> jax.Array:
+    """States of heads first+1 .. first+count (1-based) from decoder outputs.
+
+    Only the requested heads' output weights are read: verification needs
+    head 1 alone at k positions, the next proposal heads 2..k at one.
+
+    Args:
+      h: [..., d_model] decoder outputs.
+      first: 0-based index of the first head wanted.
+      count: number of consecutive heads wanted.
+
+    Returns:
+      [..., count, d_model].
+    """
+    if not 0 <= first <= first + count <= self.num_heads:
+      raise ValueError(f'heads {first + 1}..{first + count} requested; the '
+                       f'model has heads 1..{self.num_heads}.')
+    states = []
+    if self.head1_from_base and first == 0 and count > 0:
+      states.append(h[..., None, :])
+      first, count = 0, count - 1
+    elif self.head1_from_base:
+      first -= 1
+    if count:
+      states.append(h[..., None, :] + self._ffn(h, first, count))
+    return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
+
+  def _ffn(self, h, first, count):
+    """[..., d] -> [..., count, d] for layer heads first .. first+count-1."""
+    heads = slice(first, first + count)
+    if self.dtype is not None:
+      h = h.astype(self.dtype)
+    cast = lambda param: param.astype(h.dtype)
+    if self.layer == 'joint':
+      # All heads share the hidden layer; only their output slices are read.
+      hidden = jax.nn.relu(h @ cast(self.w_in[...]) + cast(self.b_in[...]))
+      out = jnp.einsum('...f,fkd->...kd', hidden, cast(self.w_out[:, heads]))
+    else:
+      hidden = jax.nn.relu(
+          jnp.einsum('...d,kdf->...kf', h, cast(self.w_in[heads]))
+          + cast(self.b_in[heads]))
+      out = jnp.einsum('...kf,kfd->...kd', hidden, cast(self.w_out[heads]))
+    return out + cast(self.b_out[heads])

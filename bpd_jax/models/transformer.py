@@ -1,0 +1,449 @@
+"""Transformer encoder-decoder and decoder-only models with proposal heads.
+
+One set of blocks serves both shapes: `num_encoder_layers > 0` gives the
+encoder-decoder of the translation experiments, `num_encoder_layers == 0` a
+decoder-only model for conditional generation from a prompt.
+
+Two ways to run the decoder:
+- `__call__`: the whole target at once (training, scoring), causal mask.
+- `extend`: n >= 1 new positions per example at that example's own offset,
+  with an explicit cache (decoding). Greedy decoding extends by 1 position,
+  blockwise decoding by k.
+
+Token ids are shared by source and target: `pad_id` pads, `eos_id` ends a
+sequence, `bos_id` starts the decoder input of the encoder-decoder.
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bpd_jax.models import attention
+from bpd_jax.models import heads as heads_lib
+
+POSITIONS = ('sinusoidal', 'learned')
+DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
+
+# The paper's WMT14 sizes (Vaswani et al. 2017 "base" and "big"), and small
+# ones for tests and CPU demos. Options of `TransformerConfig.from_size`.
+SIZES = {
+    'tiny': dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2,
+                 num_decoder_layers=2),
+    'small': dict(d_model=256, d_ff=1024, num_heads=4, num_encoder_layers=3,
+                  num_decoder_layers=3),
+    'base': dict(d_model=512, d_ff=2048, num_heads=8, num_encoder_layers=6,
+                 num_decoder_layers=6),
+    'big': dict(d_model=1024, d_ff=4096, num_heads=16, num_encoder_layers=6,
+                num_decoder_layers=6),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Architecture of a Transformer with blockwise proposal heads.
+
+  Attributes:
+    vocab_size: shared source/target vocabulary size, special ids included.
+    d_model: width of every layer's input and output.
+    d_ff: hidden width of the position-wise feed-forward layers.
+    num_heads: attention heads per attention layer.
+    num_encoder_layers: encoder depth; 0 makes a decoder-only model.
+    num_decoder_layers: decoder depth.
+    dropout_rate: dropout on sublayer outputs, embeddings and the FFN hidden
+      layer, in training only.
+    pre_norm: layer norm before each sublayer (and after the stack) rather
+      than after each residual addition.
+    positions: 'sinusoidal' or 'learned' position embeddings.
+    max_source_len: longest source sequence the encoder accepts.
+    max_target_len: most decoder positions (prompt, generated tokens and the
+      k - 1 positions of a proposal block past the last one).
+    share_embeddings: encoder and decoder share one token embedding.
+    tie_output: the vocabulary projection is the transposed target embedding.
+    num_proposal_heads: k, the number of blockwise heads (1: base model only).
+    head_layer: 'independent' or 'joint' (see models/heads.py).
+    head_hidden: hidden width of one head's layer; None means d_ff.
+    head1_from_base: head 1 is the base model's next-token output, untouched.
+    pad_id: padding token id.
+    eos_id: end-of-sequence token id.
+    bos_id: first decoder input of the encoder-decoder.
+    dtype: computation dtype.
+    param_dtype: parameter dtype.
+  """
+  vocab_size: int
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  dropout_rate: float = 0.1
+  pre_norm: bool = True
+  positions: str = 'sinusoidal'
+  max_source_len: int = 256
+  max_target_len: int = 256
+  share_embeddings: bool = True
+  tie_output: bool = True
+  num_proposal_heads: int = 1
+  head_layer: str = 'independent'
+  head_hidden: int | None = None
+  head1_from_base: bool = True
+  pad_id: int = 0
+  eos_id: int = 1
+  bos_id: int = 2
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+
+  def __post_init__(self):
+    def check(ok, message):
+      if not ok:
+        raise ValueError(f'TransformerConfig: {message}')
+    for name in ('vocab_size', 'd_model', 'd_ff', 'num_heads',
+                 'num_decoder_layers', 'max_source_len', 'max_target_len',
+                 'num_proposal_heads'):
+      value = getattr(self, name)
+      check(isinstance(value, int) and value >= 1,
+            f'{name}={value!r} must be an integer >= 1.')
+    check(self.num_encoder_layers >= 0,
+          f'num_encoder_layers={self.num_encoder_layers} must be >= 0.')
+    check(self.d_model % self.num_heads == 0,
+          f'd_model={self.d_model} must be divisible by '
+          f'num_heads={self.num_heads}.')
+    check(0.0 <= self.dropout_rate < 1.0,
+          f'dropout_rate={self.dropout_rate} must be in [0, 1).')
+    check(self.positions in POSITIONS,
+          f'positions={self.positions!r} is not one of {POSITIONS}.')
+    check(self.head_layer in heads_lib.HEAD_LAYERS,
+          f'head_layer={self.head_layer!r} is not one of '
+          f'{heads_lib.HEAD_LAYERS}.')
+    check(self.head_hidden is None or self.head_hidden >= 1,
+          f'head_hidden={self.head_hidden} must be >= 1 (or None for d_ff).')
+    check(self.dtype in DTYPES and self.param_dtype in DTYPES,
+          f'dtype={self.dtype!r} and param_dtype={self.param_dtype!r} must '
+          f'be in {DTYPES}.')
+    ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
+    for name, value in ids.items():
+      check(0 <= value < self.vocab_size,
+            f'{name}={value} is outside the vocabulary [0, {self.vocab_size}).')
+    check(self.pad_id != self.eos_id,
+          f'pad_id and eos_id must differ (both {self.pad_id}).')
+
+  @classmethod
+  def from_size(cls, size: str, **overrides) -> 'TransformerConfig':
+    """A config of one of the named SIZES, with fields overridden."""
+    if size not in SIZES:
+      raise ValueError(f'unknown model size {size!r}; known: {sorted(SIZES)}.')
+    return cls(**{**SIZES[size], **overrides})
+
+  @property
+  def is_encoder_decoder(self) -> bool:
+    return self.num_encoder_layers > 0
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodeCache:
+  """Everything a decoding step reads besides the new tokens.
+
+  Attributes:
+    self_attention: one KVCache per decoder layer,
+      [batch, positions, heads, head_dim].
+    memory: one projected encoder output per decoder layer,
+      [batch, source_length, heads, head_dim]; empty for decoder-only models.
+    memory_valid: [batch, source_length] bool, False at source padding;
+      None for decoder-only models.
+  """
+  self_attention: tuple[attention.KVCache, ...]
+  memory: tuple[attention.KVCache, ...]
+  memory_valid: jax.Array | None
+
+
+def sinusoidal_positions(positions: jax.Array, width: int,
+                         dtype=jnp.float32) -> jax.Array:
+  """[..., width] sine/cosine encodings (Vaswani et al.) of int positions."""
+  half = width // 2
+  rates = jnp.exp(-math.log(10_000.0) * jnp.arange(half, dtype=dtype)
+                  / max(half - 1, 1))
+  angles = positions[..., None].astype(dtype) * rates
+  enc = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+  return jnp.pad(enc, [(0, 0)] * positions.ndim + [(0, width - 2 * half)])
+
+
+class FeedForward(nnx.Module):
+  """d_model -> d_ff (ReLU) -> d_model."""
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    linear = _linear_kwargs(config, rngs)
+    self.up = nnx.Linear(config.d_model, config.d_ff, **linear)
+    self.down = nnx.Linear(config.d_ff, config.d_model, **linear)
+    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+
+  def __call__(self, x, deterministic):
+    hidden = self.dropout(jax.nn.relu(self.up(x)), deterministic=deterministic)
+    return self.down(hidden)
+
+
+class Sublayer(nnx.Module):
+  """Residual connection, dropout and layer norm (pre- or post-) around f."""
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    self.pre_norm = config.pre_norm
+    self.norm = _layer_norm(config, rngs)
+    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+
+  def __call__(self, x, f, deterministic):
+    if self.pre_norm:
+      return x + self.dropout(f(self.norm(x)), deterministic=deterministic)
+    return self.norm(x + self.dropout(f(x), deterministic=deterministic))
+
+
+class EncoderLayer(nnx.Module):
+  """Bidirectional self-attention and feed-forward."""
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    self.attention = attention.SelfAttention(
+        config.d_model, config.num_heads, **_linear_kwargs(config, rngs))
+    self.attention_sublayer = Sublayer(config, rngs=rngs)
+    self.ffn = FeedForward(config, rngs=rngs)
+    self.ffn_sublayer = Sublayer(config, rngs=rngs)
+
+  def __call__(self, x, mask, deterministic):
+    x = self.attention_sublayer(x, lambda y: self.attention(y, mask),
+                                deterministic)
+    return self.ffn_sublayer(x, lambda y: self.ffn(y, deterministic),
+                             deterministic)
+
+
+class DecoderLayer(nnx.Module):
+  """Causal self-attention, cross-attention (encoder-decoder only), FFN."""
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    kwargs = _linear_kwargs(config, rngs)
+    self.attention = attention.SelfAttention(
+        config.d_model, config.num_heads, **kwargs)
+    self.attention_sublayer = Sublayer(config, rngs=rngs)
+    if config.is_encoder_decoder:
+      self.cross_attention = attention.CrossAttention(
+          config.d_model, config.num_heads, **kwargs)
+      self.cross_sublayer = Sublayer(config, rngs=rngs)
+    self.ffn = FeedForward(config, rngs=rngs)
+    self.ffn_sublayer = Sublayer(config, rngs=rngs)
+
+  def __call__(self, x, self_attend, memory, memory_valid, deterministic):
+    """One layer, with the self-attention supplied by the caller.
+
+    Args:
+      x: [batch, n, d_model].
+      self_attend: (attention module, normalised x) -> [batch, n, d_model];
+        full causal attention in training, cached `extend` in decoding.
+      memory: this layer's projected encoder output, or None.
+      memory_valid: [batch, source_length] bool, or None.
+      deterministic: no dropout.
+    """
+    x = self.attention_sublayer(x, lambda y: self_attend(self.attention, y),
+                                deterministic)
+    if memory is not None:
+      x = self.cross_sublayer(
+          x, lambda y: self.cross_attention(y, memory, memory_valid),
+          deterministic)
+    return self.ffn_sublayer(x, lambda y: self.ffn(y, deterministic),
+                             deterministic)
+
+
+class Transformer(nnx.Module):
+  """Encoder-decoder or decoder-only Transformer with proposal heads."""
+
+  def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    embed = lambda n: nnx.Embed(
+        n, config.d_model, dtype=_dtype(config.dtype),
+        param_dtype=_dtype(config.param_dtype),
+        embedding_init=nnx.initializers.normal(config.d_model ** -0.5),
+        rngs=rngs)
+    self.target_embed = embed(config.vocab_size)
+    if config.is_encoder_decoder and not config.share_embeddings:
+      self.source_embed = embed(config.vocab_size)
+    if config.positions == 'learned':
+      self.target_positions = embed(config.max_target_len)
+      if config.is_encoder_decoder:
+        self.source_positions = embed(config.max_source_len)
+    self.embed_dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.encoder_layers = nnx.List(
+        [EncoderLayer(config, rngs=rngs)
+         for _ in range(config.num_encoder_layers)])
+    self.decoder_layers = nnx.List(
+        [DecoderLayer(config, rngs=rngs)
+         for _ in range(config.num_decoder_layers)])
+    if config.pre_norm:
+      self.decoder_norm = _layer_norm(config, rngs)
+      if config.is_encoder_decoder:
+        self.encoder_norm = _layer_norm(config, rngs)
+    if not config.tie_output:
+      self.output = nnx.Linear(config.d_model, config.vocab_size,
+                               use_bias=False, **_linear_kwargs(config, rngs))
+    self.heads = heads_lib.ProposalHeads(
+        config.d_model, config.num_proposal_heads,
+        config.head_hidden or config.d_ff, layer=config.head_layer,
+        head1_from_base=config.head1_from_base, dtype=_dtype(config.dtype),
+        param_dtype=_dtype(config.param_dtype), rngs=rngs)
+
+  # --- Embeddings and outputs.
+
+  def _embed(self, tokens, positions, source: bool, deterministic):
+    """[b, n] tokens at [b, n] positions -> [b, n, d_model]."""
+    config = self.config
+    table = self.target_embed
+    if source and not config.share_embeddings:
+      table = self.source_embed
+    x = table(tokens) * math.sqrt(config.d_model)
+    if config.positions == 'learned':
+      x = x + (self.source_positions if source else
+               self.target_positions)(positions)
+    else:
+      x = x + sinusoidal_positions(positions, config.d_model, x.dtype)
+    return self.embed_dropout(x, deterministic=deterministic)
+
+  def head_logits(self, hidden: jax.Array, first: int, count: int):
+    """Logits of heads first+1 .. first+count from decoder outputs.
+
+    Args:
+      hidden: [..., d_model] decoder outputs.
+      first: 0-based index of the first head.
+      count: number of heads.
+
+    Returns:
+      [..., count, vocab_size].
+    """
+    states = self.heads(hidden, first, count)
+    if self.config.tie_output:
+      return self.target_embed.attend(states)
+    return self.output(states)
+
+  def next_token_logits(self, hidden: jax.Array) -> jax.Array:
+    """Head 1: [..., d_model] -> [..., vocab_size]."""
+    return self.head_logits(hidden, 0, 1)[..., 0, :]
+
+  def proposal_logits(self, hidden: jax.Array, k: int) -> jax.Array:
+    """Heads 2..k: [..., d_model] -> [..., k - 1, vocab_size]."""
+    return self.head_logits(hidden, 1, k - 1)
+
+  # --- Full-sequence passes (training and scoring).
+
+  def encode(self, source: jax.Array, deterministic: bool = True):
+    """[batch, source_length] tokens -> [batch, source_length, d_model]."""
+    valid = source != self.config.pad_id
+    positions = jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
+    x = self._embed(source, positions, True, deterministic)
+    mask = attention.padding_mask(valid)
+    for layer in self.encoder_layers:
+      x = layer(x, mask, deterministic)
+    return self.encoder_norm(x) if self.config.pre_norm else x
+
+  def __call__(self, source: jax.Array | None, decoder_input: jax.Array,
+               deterministic: bool = True) -> jax.Array:
+    """Decoder outputs for a whole target, without a cache.
+
+    Args:
+      source: [batch, source_length] tokens (None for decoder-only models).
+      decoder_input: [batch, length] tokens: for the encoder-decoder the
+        target shifted right behind bos_id; for decoder-only models the
+        prompt followed by the target.
+
+    Returns:
+      [batch, length, d_model]; apply `head_logits` for logits.
+    """
+    memory, memory_valid = self._memory(source, deterministic)
+    positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]),
+                                 decoder_input.shape)
+    mask = attention.causal_mask(positions, decoder_input.shape[1])
+    return self._decode(
+        decoder_input, positions, memory, memory_valid, deterministic,
+        lambda _, module, y: (module(y, mask), None))[0]
+
+  # --- Cached decoding.
+
+  def init_cache(self, batch: int, positions: int,
+                 source: jax.Array | None = None) -> DecodeCache:
+    """An empty self-attention cache plus the encoded, projected source.
+
+    Args:
+      batch: batch size.
+      positions: decoder positions to hold (prompt + generated + k - 1).
+      source: [batch, source_length] tokens (encoder-decoder only).
+    """
+    config = self.config
+    memory, memory_valid = self._memory(source, True)
+    self_attention = tuple(
+        attention.KVCache.zeros(batch, positions, config.num_heads,
+                                config.d_model // config.num_heads,
+                                _dtype(config.dtype))
+        for _ in self.decoder_layers)
+    return DecodeCache(self_attention, memory or (), memory_valid)
+
+  def extend(self, cache: DecodeCache, tokens: jax.Array,
+             start: jax.Array) -> tuple[jax.Array, DecodeCache]:
+    """Runs the decoder on n new positions per example, using the cache.
+
+    Args:
+      cache: from `init_cache` or a previous `extend`.
+      tokens: [batch, n] decoder inputs at positions start .. start + n - 1.
+      start: [batch] absolute position of tokens[:, 0] for every example.
+
+    Returns:
+      ([batch, n, d_model] decoder outputs, updated cache).
+    """
+    positions = start[:, None] + jnp.arange(tokens.shape[1])
+
+    def self_attend(i, module, y):
+      return module.extend(y, cache.self_attention[i], start)
+
+    hidden, layer_caches = self._decode(
+        tokens, positions, cache.memory or None, cache.memory_valid, True,
+        self_attend)
+    return hidden, dataclasses.replace(cache,
+                                       self_attention=tuple(layer_caches))
+
+  def _memory(self, source, deterministic):
+    """Projected encoder output per decoder layer, and source validity."""
+    if not self.config.is_encoder_decoder:
+      if source is not None:
+        raise ValueError('a decoder-only model takes no source.')
+      return None, None
+    if source is None:
+      raise ValueError('an encoder-decoder model needs a source.')
+    encoded = self.encode(source, deterministic)
+    memory = tuple(layer.cross_attention.project_memory(encoded)
+                   for layer in self.decoder_layers)
+    return memory, source != self.config.pad_id
+
+  def _decode(self, tokens, positions, memory, memory_valid, deterministic,
+              self_attend):
+    """Decoder stack; `self_attend(i, module, y)` -> (out, layer cache)."""
+    x = self._embed(tokens, positions, False, deterministic)
+    layer_caches = []
+    for i, layer in enumerate(self.decoder_layers):
+      def attend(module, y, i=i):
+        out, layer_cache = self_attend(i, module, y)
+        layer_caches.append(layer_cache)
+        return out
+      x = layer(x, attend, None if memory is None else memory[i],
+                memory_valid, deterministic)
+    if self.config.pre_norm:
+      x = self.decoder_norm(x)
+    return x, layer_caches
+
+
+def _dtype(name: str):
+  return jnp.dtype(name)
+
+
+def _linear_kwargs(config: TransformerConfig, rngs: nnx.Rngs) -> dict:
+  return dict(dtype=_dtype(config.dtype),
+              param_dtype=_dtype(config.param_dtype), rngs=rngs)
+
+
+def _layer_norm(config: TransformerConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+  return nnx.LayerNorm(config.d_model, epsilon=1e-6,
+                       dtype=_dtype(config.dtype),
+                       param_dtype=_dtype(config.param_dtype), rngs=rngs)

@@ -1,0 +1,42 @@
+"""Per-example array indexing shared by models and decoders.
+
+Blockwise decoding keeps one offset per example (its own accepted length), so
+reads and writes at "each example's own position" recur in the attention
+cache and in the decoders' output buffers. Both go through these helpers.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def write_at(buffer: jax.Array, update: jax.Array, start: jax.Array) -> jax.Array:
+  """Writes `update[i]` into `buffer[i]` starting at position `start[i]`.
+
+  Args:
+    buffer: [batch, length, ...].
+    update: [batch, n, ...] with n <= length and trailing dims as `buffer`.
+    start: [batch] int offsets along axis 1.
+
+  Returns:
+    [batch, length, ...], the updated buffer. As with
+    `lax.dynamic_update_slice`, a start past `length - n` is clamped, so
+    callers size buffers to fit the largest write.
+  """
+  def write_one(row, upd, s):
+    return jax.lax.dynamic_update_slice_in_dim(row, upd, s, axis=0)
+
+  return jax.vmap(write_one)(buffer, update.astype(buffer.dtype), start)
+
+
+def take_at(array: jax.Array, index: jax.Array) -> jax.Array:
+  """Returns `array[i, index[i]]` for every example i.
+
+  Args:
+    array: [batch, length, ...].
+    index: [batch] int positions along axis 1.
+
+  Returns:
+    [batch, ...].
+  """
+  index = index.reshape((-1,) + (1,) * (array.ndim - 1))
+  return jnp.take_along_axis(array, index, axis=1)[:, 0]
