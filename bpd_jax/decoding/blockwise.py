@@ -154,7 +154,8 @@ def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
   is_eos = (appended == eos_id) & (position < count[:, None])
   count = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, count)
   live = ~state.done
-  count = jnp.where(live, jnp.minimum(count, max_len - state.lengths), 0)
+  count = jnp.where(live, jnp.minimum(count, max_len - state.lengths),
+                    0).astype(jnp.int32)
   tokens = ops.write_at(
       state.tokens, jnp.where(position < count[:, None], appended, pad_id),
       state.lengths)

@@ -78,16 +78,18 @@ class Distance(Criterion):
 
 
 def accepted_count(accepts: jax.Array, min_accepted: int = 0) -> jax.Array:
-  """Length of the accepted prefix, at least `min_accepted`.
+  """Length of the accepted prefix, the first `min_accepted` taken as passed.
 
   Args:
     accepts: [..., n] bool, per proposal.
-    min_accepted: proposals taken without verification (the minimum block
-      size l of the paper is min_accepted + 1: the scoring model's own token
-      always follows the accepted proposals).
+    min_accepted: leading proposals taken without verification; the ones
+      after them are verified as usual. (The paper's minimum block size l is
+      min_accepted + 1: the scoring model's own token always follows the
+      accepted proposals.)
 
   Returns:
     [...] int32 in [min(min_accepted, n), n].
   """
-  prefix = jnp.cumprod(accepts.astype(jnp.int32), axis=-1).sum(axis=-1)
-  return jnp.maximum(prefix, min(min_accepted, accepts.shape[-1]))
+  forced = jnp.arange(accepts.shape[-1]) < min_accepted
+  passed = (accepts | forced).astype(jnp.int32)
+  return jnp.cumprod(passed, axis=-1).sum(axis=-1).astype(jnp.int32)

@@ -1,0 +1,177 @@
+"""Blockwise decoder on the fake model: exact tokens and model-call counts.
+
+Counting convention (see DecodeResult): every model call counts, the first
+(prompt) call included. The first call yields one token and the first
+proposals; each later call appends 1..k tokens. So m tokens take
+1 + ceil((m - 1) / k) calls when every proposal is right, which never
+exceeds the paper's m / k + 1 (ceil(m / k) + 1 where k does not divide m),
+and m calls (greedy's count) when every
+proposal is wrong.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
+from bpd_jax.decoding import blockwise
+from bpd_jax.decoding.prompt import required_positions
+
+import fake_model
+
+PROMPT = [[3, 4, 5], [7, 0, 0], [2, 9, 0], [6, 6, 6]]
+LENGTHS = [3, 1, 2, 3]
+EOS_POSITION = [9, 30, 14, 100]  # Different ends; the last never ends.
+
+CRITERIA = {
+    'exact': (Exact(), lambda p, best, runner_up: p == best),
+    'top2': (TopK(2), lambda p, best, runner_up: p in (best, runner_up)),
+    'distance1': (Distance(1.0), lambda p, best, runner_up: abs(p - best) <= 1),
+}
+
+
+def decode(mode, k, max_len, criterion=Exact(), min_block=1,
+           prompt=PROMPT, lengths=LENGTHS, eos_position=EOS_POSITION):
+  prompt = jnp.asarray(prompt, jnp.int32)
+  cache = fake_model.make_cache(
+      prompt.shape[0], required_positions(prompt.shape[1], max_len, k),
+      eos_position)
+  run = jax.jit(functools.partial(
+      blockwise_decode, fake_model.make_fns(mode, k), k=k, max_len=max_len,
+      eos_id=fake_model.EOS, pad_id=fake_model.PAD, criterion=criterion,
+      min_block=min_block))
+  return run(cache, prompt, jnp.asarray(lengths, jnp.int32))
+
+
+def check_against_reference(result, mode, k, max_len, accepts, min_block=1):
+  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
+    tokens, calls, appended = fake_model.reference_blockwise(
+        prompt[:length], EOS_POSITION[i], max_len, k, mode, accepts,
+        min_block)
+    n = len(tokens)
+    np.testing.assert_array_equal(result.tokens[i, :n], tokens)
+    assert (result.tokens[i, n:] == fake_model.PAD).all()
+    assert result.lengths[i] == n
+    assert result.model_calls[i] == calls
+    np.testing.assert_array_equal(
+        result.block_sizes[i], np.bincount(appended, minlength=k + 1))
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 5, 8])
+def test_oracle_heads_take_one_call_per_block(k):
+  max_len = 40
+  result = decode('oracle', k, max_len)
+  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
+    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
+                                           max_len)
+    m = len(expected)
+    np.testing.assert_array_equal(result.tokens[i, :m], expected)
+    assert result.lengths[i] == m
+    assert result.model_calls[i] == 1 + math.ceil((m - 1) / k)
+    # The paper's m / k + 1, for m not a multiple of k too.
+    assert result.model_calls[i] <= math.ceil(m / k) + 1
+
+
+@pytest.mark.parametrize('k', [2, 4, 8])
+def test_wrong_heads_cost_no_more_calls_than_greedy(k):
+  max_len = 25
+  result = decode('wrong', k, max_len)
+  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
+    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
+                                           max_len)
+    np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
+    assert result.model_calls[i] == len(expected)  # Greedy's count.
+    assert result.block_sizes[i, 1] == len(expected)
+
+
+@pytest.mark.parametrize('k,right', [(4, 1), (6, 3), (8, 2)])
+@pytest.mark.parametrize('max_len', [3, 17, 40])
+def test_partly_right_heads_match_reference(k, right, max_len):
+  mode = ('right_first', right)
+  result = decode(mode, k, max_len)
+  check_against_reference(result, mode, k, max_len, CRITERIA['exact'][1])
+  # Exact verification: the greedy output whatever the heads say.
+  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
+    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
+                                           max_len)
+    np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
+  # Heads 2..right+1 are right: right + 1 tokens a call, until the end.
+  assert (result.block_sizes[:, right + 2:] == 0).all()
+
+
+@pytest.mark.parametrize('name', sorted(CRITERIA))
+@pytest.mark.parametrize('min_block', [1, 2, 3])
+def test_criteria_and_min_block_match_reference(name, min_block):
+  criterion, accepts = CRITERIA[name]
+  k, max_len = 4, 30
+  result = decode('wrong', k, max_len, criterion=criterion,
+                  min_block=min_block)
+  check_against_reference(result, 'wrong', k, max_len, accepts, min_block)
+
+
+def test_approximate_criteria_accept_runner_up_proposals():
+  # 'wrong' heads propose the scoring model's runner-up: within its top 2,
+  # and within distance 13 of the best (1 or 13 apart, ids wrap around).
+  # So every call but the first (and a last one cut by max_len) accepts at
+  # least its first proposal.
+  k = 4
+  for criterion in (TopK(2), Distance(13.0)):
+    result = decode('wrong', k, 40, criterion=criterion,
+                    eos_position=[1000] * 4)
+    assert (result.block_sizes[:, 1] <= 2).all()
+    assert (result.block_sizes[:, 2:].sum(1) >= result.model_calls - 2).all()
+  # Exact verification, TopK(1) and Distance(0) accept none of them.
+  for criterion in (Exact(), TopK(1), Distance(0.0)):
+    result = decode('wrong', k, 40, criterion=criterion)
+    assert (result.block_sizes[:, 2:] == 0).all()
+
+
+def test_min_block_appends_at_least_l_tokens_per_call():
+  k, min_block = 5, 3
+  # 31 = 1 + 10 * 3: no call is cut short by max_len.
+  result = decode('wrong', k, 31, min_block=min_block,
+                  eos_position=[1000] * 4)
+  assert (result.block_sizes[:, 1] == 1).all()  # The first call.
+  assert (result.block_sizes[:, 2:min_block] == 0).all()
+
+
+def test_k1_is_greedy():
+  result = decode('oracle', 1, 20)
+  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
+    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
+                                           20)
+    np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
+    assert result.model_calls[i] == len(expected)
+
+
+def test_batch_equals_each_example_alone():
+  k, max_len = 4, 30
+  mode = ('right_first', 2)
+  batch = decode(mode, k, max_len)
+  for i in range(len(PROMPT)):
+    alone = decode(mode, k, max_len, prompt=PROMPT[i:i + 1],
+                   lengths=LENGTHS[i:i + 1],
+                   eos_position=EOS_POSITION[i:i + 1])
+    np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
+    assert batch.model_calls[i] == alone.model_calls[0]
+
+
+def test_verify_picks_the_candidate_with_the_longest_accepted_prefix():
+  # One example, three candidate drafts of 3 proposals; logits favour 5.
+  logits = jnp.broadcast_to(jax.nn.one_hot(5, 8), (1, 3, 3, 8))
+  drafts = jnp.array([[[5, 2, 5], [5, 5, 2], [2, 5, 5]]])
+  choice, accepted = blockwise.verify(Exact(), drafts, logits, 0)
+  assert int(choice[0]) == 1 and int(accepted[0]) == 2
+  _, forced = blockwise.verify(Exact(), drafts, logits, 3)
+  assert int(forced[0]) == 3
+
+
+def test_min_block_out_of_range_is_rejected():
+  with pytest.raises(ValueError, match='min_block=5 must be in'):
+    decode('oracle', 4, 10, min_block=5)
+  with pytest.raises(ValueError, match='min_block=0'):
+    decode('oracle', 4, 10, min_block=0)
