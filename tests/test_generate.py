@@ -1,0 +1,272 @@
+"""Greedy and blockwise decoding of real (randomly initialised) Transformers.
+
+The central guarantee: exact blockwise decoding returns the greedy output,
+token for token, on every example of a batch. Scoring k positions in one
+call can differ from scoring them one at a time in the last bits of the
+logits; where that flips an argmax, the test demands that it was a near-tie
+of the scoring model (top-2 margin below NEAR_TIE) rather than loosening the
+comparison. The models run in float64, where such ties are vanishingly rare.
+"""
+
+import dataclasses
+
+import hypothesis
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import generate
+from bpd_jax.decoding import Distance, Exact, TopK
+from bpd_jax.models import Transformer, TransformerConfig
+
+NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
+VOCAB = 7  # Small, so random heads are often right and EOS comes early.
+MAX_HEADS = 10
+
+
+def random_model(seed, encoder_layers=2, head_layer='independent',
+                 head1_from_base=True, scale=3.0, head_scale=1.0,
+                 dtype='float64'):
+  """A tiny random model.
+
+  Weights are scaled by `scale` (larger: more varied output) and the heads'
+  output weights further by `head_scale`: at 0 every head proposes head 1's
+  token again, which random models, prone to repeating themselves, often
+  accept, so the tests see long accepted blocks as well as rejections.
+  """
+  config = TransformerConfig(
+      vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
+      num_encoder_layers=encoder_layers, num_decoder_layers=2,
+      dropout_rate=0.0, max_source_len=16, max_target_len=64,
+      tie_output=False, num_proposal_heads=MAX_HEADS, head_layer=head_layer,
+      head_hidden=16, head1_from_base=head1_from_base, dtype=dtype,
+      param_dtype=dtype)
+  model = Transformer(config, rngs=nnx.Rngs(seed))
+  graphdef, state = nnx.split(model)
+  state = jax.tree.map(lambda x: x * scale if jnp.issubdtype(
+      x.dtype, jnp.floating) else x, state)
+  model = nnx.merge(graphdef, state)
+  if head_scale != 1.0:
+    model.heads.w_out[...] = model.heads.w_out[...] * head_scale
+  return model
+
+
+def random_inputs(seed, batch, length=6):
+  """Right-padded inputs of different lengths, ids in [2, VOCAB)."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(2, VOCAB, (batch, length))
+  lengths = rng.integers(1, length + 1, batch)
+  return np.where(np.arange(length) < lengths[:, None], tokens, 0)
+
+
+def scoring_logits(model, inputs, i, prefix):
+  """Head-1 logits after `prefix` generated tokens, by a full forward pass."""
+  config = model.config
+  valid = inputs[i][inputs[i] != config.pad_id]
+  if config.is_encoder_decoder:
+    source, decoder_input = inputs[i:i + 1], [config.bos_id, *prefix]
+  else:
+    source, decoder_input = None, [*valid, *prefix]
+  hidden = model(None if source is None else jnp.asarray(source),
+                 jnp.asarray([decoder_input], jnp.int32))
+  return np.asarray(model.next_token_logits(hidden[0, -1]))
+
+
+def assert_same_or_near_tie(model, inputs, reference, result):
+  """Tokens equal, or the first difference sits on a scoring near-tie."""
+  for i in range(inputs.shape[0]):
+    expected = np.asarray(reference.tokens[i])
+    actual = np.asarray(result.tokens[i])
+    if (expected == actual).all():
+      assert reference.lengths[i] == result.lengths[i]
+      continue
+    j = int(np.argmax(expected != actual))
+    logits = np.sort(scoring_logits(model, inputs, i, expected[:j]))
+    margin = logits[-1] - logits[-2]
+    assert margin < NEAR_TIE, (
+        f'example {i} differs at token {j} ({expected[j]} vs {actual[j]}) '
+        f'with a top-2 margin of {margin}, not a near-tie')
+
+
+@hypothesis.settings(max_examples=30, deadline=None,
+                     suppress_health_check=[hypothesis.HealthCheck.too_slow])
+@hypothesis.given(
+    seed=st.integers(0, 2**16),
+    k=st.integers(1, MAX_HEADS),
+    batch=st.sampled_from([1, 3, 4]),
+    encoder_layers=st.sampled_from([2, 0]),
+    head_layer=st.sampled_from(['independent', 'joint']),
+    head_scale=st.sampled_from([0.0, 0.3, 1.0]),
+    max_len=st.sampled_from([5, 20]))
+def test_exact_blockwise_equals_greedy(seed, k, batch, encoder_layers,
+                                       head_layer, head_scale, max_len):
+  with jax.enable_x64(True):
+    model = random_model(seed, encoder_layers, head_layer,
+                         head_scale=head_scale)
+    inputs = random_inputs(seed, batch)
+    reference = generate.greedy(model, inputs, max_len=max_len)
+    result = generate.blockwise(model, inputs, k=k, max_len=max_len)
+    assert_same_or_near_tie(model, inputs, reference, result)
+    assert (result.model_calls <= reference.model_calls).all()
+    assert (result.block_sizes.sum(1) == result.model_calls).all()
+    np.testing.assert_array_equal(
+        (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+
+
+@pytest.mark.parametrize('encoder_layers', [2, 0])
+def test_every_k_from_1_to_10(encoder_layers):
+  with jax.enable_x64(True):
+    for seed, head_scale in ((1, 0.0), (2, 1.0)):
+      model = random_model(seed, encoder_layers, head_scale=head_scale)
+      inputs = random_inputs(seed, 4)
+      reference = generate.greedy(model, inputs, max_len=24)
+      accepted_blocks = 0
+      for k in range(1, MAX_HEADS + 1):
+        result = generate.blockwise(model, inputs, k=k, max_len=24)
+        assert_same_or_near_tie(model, inputs, reference, result)
+        accepted_blocks += int(result.block_sizes[:, 2:].sum())
+      assert accepted_blocks > 0  # The comparison saw accepted proposals.
+
+
+def test_head1_through_layer_is_verified_against_itself():
+  # With head 1 behind the new layer, greedy decoding is that head's output.
+  with jax.enable_x64(True):
+    model = random_model(5, head1_from_base=False)
+    inputs = random_inputs(5, 3)
+    reference = generate.greedy(model, inputs, max_len=16)
+    result = generate.blockwise(model, inputs, k=4, max_len=16)
+    assert_same_or_near_tie(model, inputs, reference, result)
+
+
+def test_float32_blockwise_equals_greedy():
+  model = random_model(7, dtype='float32')
+  inputs = random_inputs(7, 4)
+  reference = generate.greedy(model, inputs, max_len=20)
+  result = generate.blockwise(model, inputs, k=4, max_len=20)
+  tie = 1e-4  # float32 rounding of logits of ~1.
+  for i in range(4):
+    expected, actual = reference.tokens[i], result.tokens[i]
+    if not (expected == actual).all():
+      j = int(np.argmax(expected != actual))
+      logits = np.sort(scoring_logits(model, inputs, i, expected[:j]))
+      assert logits[-1] - logits[-2] < tie
+
+
+def test_batch_equals_each_example_alone():
+  with jax.enable_x64(True):
+    for encoder_layers in (2, 0):
+      model = random_model(11, encoder_layers)
+      inputs = random_inputs(11, 4)
+      batch = generate.blockwise(model, inputs, k=3, max_len=12)
+      for i in range(4):
+        # Each example alone, with its padding trimmed.
+        alone_inputs = inputs[i:i + 1, :max(1, int((inputs[i] != 0).sum()))]
+        alone = generate.blockwise(model, alone_inputs, k=3, max_len=12)
+        np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
+        assert batch.model_calls[i] == alone.model_calls[0]
+
+
+def test_approximate_criteria_run_and_accept_more():
+  with jax.enable_x64(True):
+    model = random_model(3)
+    inputs = random_inputs(3, 4)
+    exact = generate.blockwise(model, inputs, k=4, max_len=20)
+    for criterion in (TopK(3), Distance(2.0)):
+      loose = generate.blockwise(model, inputs, k=4, max_len=20,
+                                 criterion=criterion)
+      assert loose.mean_block_size >= exact.mean_block_size
+    forced = generate.blockwise(model, inputs, k=4, max_len=20, min_block=4)
+    # Every call but the first appends 4 tokens, unless eos or max_len cut it.
+    assert (forced.block_sizes[:, 1] <= 2).all()
+
+
+def test_sharded_over_8_devices_equals_unsharded():
+  assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
+  mesh = jax.make_mesh((8,), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  with jax.enable_x64(True):
+    for encoder_layers in (2, 0):
+      model = random_model(13, encoder_layers)
+      inputs = random_inputs(13, 8)
+      for run in (lambda **kw: generate.greedy(model, inputs, max_len=12,
+                                               **kw),
+                  lambda **kw: generate.blockwise(model, inputs, k=4,
+                                                  max_len=12, **kw)):
+        plain = run()
+        sharded = run(mesh=mesh)
+        assert len(sharded.tokens.sharding.device_set) == 8
+        np.testing.assert_array_equal(sharded.tokens, plain.tokens)
+        np.testing.assert_array_equal(sharded.model_calls, plain.model_calls)
+
+
+def test_repeated_calls_do_not_recompile():
+  model = random_model(0, dtype='float32')
+  inputs = random_inputs(0, 2)
+  generate.blockwise(model, inputs, k=3, max_len=8)
+  size = generate._decode._cache_size()
+  other = random_model(1, dtype='float32')  # Same shapes, other weights.
+  generate.blockwise(other, random_inputs(1, 2), k=3, max_len=8)
+  assert generate._decode._cache_size() == size
+
+
+@pytest.fixture(scope='module')
+def small_model():
+  return random_model(0, dtype='float32')
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(k=0), r'k=0 must be an integer in \[1, 10\]'),
+    (dict(k=11), r'k=11 must be an integer in \[1, 10\]'),
+    (dict(k=3, min_block=4), r'min_block=4 must be an integer in \[1, k=3\]'),
+    (dict(k=3, min_block=0), r'min_block=0'),
+    (dict(k=3, criterion=TopK(8)), 'top-k verification t=8 exceeds the '
+     'vocabulary size 7'),
+    (dict(k=3, max_len=0), 'max_len=0 must be an integer >= 1'),
+    (dict(k=3, max_len=62), 'needs 65 decoder positions; the model has '
+     'max_target_len=64'),
+])
+def test_bad_decoding_options(small_model, kwargs, message):
+  kwargs = {'max_len': 8, **kwargs}
+  with pytest.raises(ValueError, match=message):
+    generate.blockwise(small_model, [[3, 4, 1]], **kwargs)
+
+
+def test_bad_criteria():
+  with pytest.raises(ValueError, match='t >= 1, got t=0'):
+    TopK(0)
+  with pytest.raises(ValueError, match='eps >= 0, got eps=-0.5'):
+    Distance(-0.5)
+
+
+@pytest.mark.parametrize('inputs,message', [
+    ([[3, 4, 9]], r'token id 9 at inputs\[0, 2\] is outside the vocabulary '
+     r'\[0, 7\)'),
+    ([[3, -1]], r'token id -1 at inputs\[0, 1\]'),
+    ([[3, 4], [0, 0]], 'example 1 of the inputs is empty'),
+    ([[3, 0, 4]], 'example 0 has pad_id=0 before a token'),
+    ([3, 4], r'must be \[batch, length\]'),
+    (np.zeros((0, 3), int), r'must be \[batch, length\]'),
+    ([[3.0, 4.0]], 'integer token ids'),
+    ([list(range(2, 7)) * 4], 'an input of 20 tokens exceeds '
+     'max_source_len=16'),
+])
+def test_bad_inputs(small_model, inputs, message):
+  with pytest.raises(ValueError, match=message):
+    generate.greedy(small_model, inputs, max_len=8)
+
+
+def test_prompt_too_long_for_decoder_only():
+  model = random_model(0, encoder_layers=0, dtype='float32')
+  with pytest.raises(ValueError, match='after a prompt of 40 needs'):
+    generate.blockwise(model, [[3] * 40], k=4, max_len=30)
+
+
+def test_batch_not_divisible_by_mesh(small_model):
+  mesh = jax.make_mesh((8,), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  with pytest.raises(ValueError, match='batch size 3 is not divisible by '
+                     "the 8 devices of mesh axis 'data'"):
+    generate.greedy(small_model, [[3]] * 3, max_len=4, mesh=mesh)

@@ -1,0 +1,154 @@
+"""Transformer: cached decoding equals the full forward pass; config checks."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import ops
+from bpd_jax.models import Transformer, TransformerConfig
+
+@nnx.jit
+def extend(model, cache, tokens, start):
+  return model.extend(cache, tokens, start)
+
+
+TINY = dict(vocab_size=11, d_model=16, d_ff=32, num_heads=2,
+            num_encoder_layers=2, num_decoder_layers=2, dropout_rate=0.1,
+            max_source_len=12, max_target_len=24, num_proposal_heads=3)
+
+
+def extend_in_chunks(model, source, tokens, starts, chunk):
+  """Decodes `tokens` through the cache; returns the outputs it produced.
+
+  Every example i starts at its own offset starts[i]: positions before it
+  are filled by a first call whose entries past starts[i] are garbage, and
+  every chunk is first written with garbage (a rejected proposal block) and
+  then rewritten with the true tokens at the same offset.
+  """
+  batch, length = tokens.shape
+  rng = np.random.default_rng(0)
+  garbage = jnp.asarray(rng.integers(3, model.config.vocab_size, tokens.shape),
+                        jnp.int32)
+  starts = jnp.asarray(starts, jnp.int32)
+  cache = model.init_cache(batch, length + chunk, source)
+  before_start = jnp.arange(length)[None, :] < starts[:, None]
+  out, cache = extend(model, cache, jnp.where(before_start, tokens, garbage),
+                      jnp.zeros_like(starts))
+  outputs = jnp.zeros((batch, length + chunk, out.shape[-1]), out.dtype)
+  outputs = outputs.at[:, :length].set(jnp.where(before_start[..., None], out,
+                                                 0.0))
+  take = jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, chunk))
+  pad = lambda a: jnp.pad(a, ((0, 0), (0, chunk)))
+  position = starts
+  while int(position.min()) < length:
+    _, cache = extend(model, cache, take(pad(garbage), position),
+                      position)  # A rejected block.
+    out, cache = extend(model, cache, take(pad(tokens), position), position)
+    outputs = ops.write_at(outputs, out, position)
+    position = position + chunk
+  return outputs[:, :length]
+
+
+@pytest.mark.parametrize('encoder_layers', [2, 0])
+@pytest.mark.parametrize('pre_norm,positions', [(True, 'sinusoidal'),
+                                                (False, 'learned')])
+def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
+                                           positions):
+  with jax.enable_x64(True):
+    config = TransformerConfig(**{
+        **TINY, 'num_encoder_layers': encoder_layers, 'pre_norm': pre_norm,
+        'positions': positions, 'dtype': 'float64',
+        'param_dtype': 'float64'})
+    model = Transformer(config, rngs=nnx.Rngs(3))
+    rng = np.random.default_rng(1)
+    source = None
+    if encoder_layers:
+      source = jnp.asarray([[5, 6, 7, 8, 1, 0], [4, 9, 1, 0, 0, 0]])
+    tokens = jnp.asarray(rng.integers(3, config.vocab_size, (2, 10)),
+                         jnp.int32)
+    full = model(source, tokens)
+    for chunk in (1, 3):
+      cached = extend_in_chunks(model, source, tokens, [1, 4], chunk)
+      np.testing.assert_allclose(cached, full, rtol=1e-9, atol=1e-9)
+
+
+def test_float32_cache_matches_to_float_precision():
+  model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
+  source = jnp.asarray([[5, 6, 7, 1]])
+  tokens = jnp.asarray([[2, 5, 9, 4, 4, 8]])
+  full = model(source, tokens)
+  cached = extend_in_chunks(model, source, tokens, [2], 2)
+  np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_only_in_training():
+  model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
+  source = jnp.asarray([[5, 6, 7, 1]])
+  tokens = jnp.asarray([[2, 5, 9, 4]])
+  np.testing.assert_array_equal(model(source, tokens), model(source, tokens))
+  assert not np.allclose(model(source, tokens, deterministic=False),
+                         model(source, tokens))
+
+
+def test_source_padding_is_ignored():
+  model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
+  tokens = jnp.asarray([[2, 5, 9]])
+  short = model(jnp.asarray([[5, 6, 1]]), tokens)
+  padded = model(jnp.asarray([[5, 6, 1, 0, 0]]), tokens)
+  np.testing.assert_allclose(short, padded, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_and_tied_embeddings_are_single_tables():
+  model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
+  assert not hasattr(model, 'source_embed') and not hasattr(model, 'output')
+  untied = Transformer(TransformerConfig(**TINY, share_embeddings=False,
+                                         tie_output=False), rngs=nnx.Rngs(0))
+  assert hasattr(untied, 'source_embed') and hasattr(untied, 'output')
+
+
+def test_paper_sizes():
+  config = TransformerConfig.from_size('base', vocab_size=32000)
+  assert (config.d_model, config.d_ff, config.num_heads) == (512, 2048, 8)
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (6, 6)
+  model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+  params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  # Transformer base with a shared 32k vocabulary: ~60M parameters.
+  assert 55e6 < params < 65e6, params
+  big = TransformerConfig.from_size('big', vocab_size=32000)
+  assert (big.d_model, big.d_ff, big.num_heads) == (1024, 4096, 16)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('vocab_size', 0, 'vocab_size=0 must be an integer >= 1'),
+    ('num_heads', 3, 'd_model=16 must be divisible by num_heads=3'),
+    ('dropout_rate', 1.0, r'dropout_rate=1.0 must be in \[0, 1\)'),
+    ('positions', 'rotary', "positions='rotary' is not one of"),
+    ('head_layer', 'shared', "head_layer='shared' is not one of"),
+    ('num_proposal_heads', 0, 'num_proposal_heads=0 must be'),
+    ('eos_id', 11, r'eos_id=11 is outside the vocabulary \[0, 11\)'),
+    ('num_encoder_layers', -1, 'num_encoder_layers=-1 must be >= 0'),
+    ('dtype', 'float8', "dtype='float8'"),
+])
+def test_config_errors_name_value_and_limit(field, value, message):
+  with pytest.raises(ValueError, match=message):
+    TransformerConfig(**{**TINY, field: value})
+
+
+def test_unknown_size():
+  with pytest.raises(ValueError, match="unknown model size 'huge'"):
+    TransformerConfig.from_size('huge', vocab_size=10)
+
+
+def test_source_required_exactly_for_encoder_decoder():
+  model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match='needs a source'):
+    model(None, jnp.asarray([[2]]))
+  decoder_only = Transformer(
+      TransformerConfig(**{**TINY, 'num_encoder_layers': 0}),
+      rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match='takes no source'):
+    decoder_only(jnp.asarray([[2]]), jnp.asarray([[2]]))
