@@ -6,6 +6,7 @@ resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
 """
 
 from bpd_jax.decoding.blockwise import blockwise_decode
-from bpd_jax.decoding.criteria import Criterion, Distance, Exact, TopK
+from bpd_jax.decoding.criteria import (Criterion, Distance, Exact, TopK,
+                                      from_spec)
 from bpd_jax.decoding.greedy import greedy_decode
 from bpd_jax.decoding.types import DecodeResult, DecodingFns

@@ -77,6 +77,22 @@ class Distance(Criterion):
     return jnp.abs(proposals - best) <= self.eps
 
 
+def from_spec(spec: str) -> Criterion:
+  """Parses 'exact', 'top-k:T' or 'distance:EPS' (config files, flags)."""
+  name, _, value = spec.partition(':')
+  try:
+    if name == 'exact' and not value:
+      return Exact()
+    if name == 'top-k':
+      return TopK(int(value))
+    if name == 'distance':
+      return Distance(float(value))
+  except ValueError as error:
+    raise ValueError(f'criterion {spec!r}: {error}') from error
+  raise ValueError(f"criterion {spec!r} is not 'exact', 'top-k:T' or "
+                   f"'distance:EPS'.")
+
+
 def accepted_count(accepts: jax.Array, min_accepted: int = 0) -> jax.Array:
   """Length of the accepted prefix, the first `min_accepted` taken as passed.
 

@@ -1,0 +1,26 @@
+"""Config-file options."""
+
+import pytest
+
+from bpd_jax import config_options
+
+
+def test_types_follow_defaults():
+  options = config_options.parse('size=tiny,batch=4,shard=false,eps=0.5',
+                                 size='small', batch=8, shard=True, eps=1.0)
+  assert options == dict(size='tiny', batch=4, shard=False, eps=0.5)
+
+
+def test_flag_without_value_and_empty_arg():
+  assert config_options.parse('runlocal', runlocal=False) == {'runlocal': True}
+  assert config_options.parse(None, k=4) == {'k': 4}
+
+
+@pytest.mark.parametrize('arg,message', [
+    ('depth=3', "unknown config option 'depth'; options: batch, size"),
+    ('batch=many', "config option batch='many' is not of type int"),
+    ('batch', "config option 'batch' needs a value"),
+])
+def test_errors(arg, message):
+  with pytest.raises(ValueError, match=message):
+    config_options.parse(arg, size='small', batch=8)
