@@ -36,10 +36,11 @@ from bpd_jax.models.transformer import Transformer
 @dataclasses.dataclass(frozen=True)
 class _Options:
   """Static decoding options (hashable: part of the compilation key)."""
+  greedy: bool  # The greedy decoder; otherwise blockwise with the rest.
   max_len: int
-  k: int  # 0 selects the greedy decoder.
-  criterion: decoding.Criterion
-  min_block: int
+  k: int = 1
+  criterion: decoding.Criterion = decoding.Exact()
+  min_block: int = 1
 
 
 def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
@@ -57,7 +58,7 @@ def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
   Returns:
     DecodeResult: tokens [batch, max_len] and per-example statistics.
   """
-  return _run(model, inputs, _Options(max_len, 0, decoding.Exact(), 1), mesh,
+  return _run(model, inputs, _Options(greedy=True, max_len=max_len), mesh,
               batch_axis)
 
 
@@ -94,7 +95,8 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
       and criterion.t > model.config.vocab_size):
     raise ValueError(f'top-k verification t={criterion.t} exceeds the '
                      f'vocabulary size {model.config.vocab_size}.')
-  return _run(model, inputs, _Options(max_len, k, criterion, min_block), mesh,
+  return _run(model, inputs, _Options(greedy=False, max_len=max_len, k=k,
+                       criterion=criterion, min_block=min_block), mesh,
               batch_axis)
 
 
@@ -146,8 +148,7 @@ def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
 
 
 def _run(model, inputs, options: _Options, mesh, batch_axis):
-  inputs = check_inputs(model.config, inputs, options.max_len,
-                        max(options.k, 1))
+  inputs = check_inputs(model.config, inputs, options.max_len, options.k)
   if mesh is not None:
     size = mesh.shape[batch_axis]
     if inputs.shape[0] % size:
@@ -175,7 +176,7 @@ def _decode(model: Transformer, inputs, options: _Options):
   else:
     source, prompt = None, inputs
   prompt_lengths = (prompt != config.pad_id).sum(axis=1).astype(jnp.int32)
-  k = max(options.k, 1)
+  k = options.k
   cache = model.init_cache(
       batch, prompt_lib.required_positions(prompt.shape[1], options.max_len,
                                            k), source)
@@ -184,7 +185,7 @@ def _decode(model: Transformer, inputs, options: _Options):
       proposal_logits=functools.partial(model.proposal_logits, k=k))
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id)
-  if options.k == 0:
+  if options.greedy:
     return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
   return decoding.blockwise_decode(
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,

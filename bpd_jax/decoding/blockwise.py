@@ -160,14 +160,15 @@ def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
       state.tokens, jnp.where(position < count[:, None], appended, pad_id),
       state.lengths)
   lengths = state.lengths + count
-  ended = (is_eos & (position < count[:, None])).any(axis=1)
-  done = state.done | ended | (lengths >= max_len)
+  # An eos cut off by max_len still ends the example: it reached max_len.
+  done = state.done | is_eos.any(axis=1) | (lengths >= max_len)
 
   # Combined scoring and proposal: the next block comes from this call's
   # outputs at the last accepted position, one position per example.
   block = _next_block(fns, ops.take_at(scored, accepted),
                       ops.take_at(features, accepted), k)
+  appended_here = jax.nn.one_hot(count, k + 1, dtype=jnp.int32)
   return BlockwiseState(
       tokens=tokens, lengths=lengths, done=done, block=block, cache=cache,
       model_calls=state.model_calls + live,
-      block_sizes=state.block_sizes.at[jnp.arange(count.shape[0]), count].add(live))
+      block_sizes=state.block_sizes + appended_here * live[:, None])

@@ -86,17 +86,19 @@ class ProposalHeads(nnx.Module):
     Returns:
       [..., count, d_model].
     """
-    if not 0 <= first <= first + count <= self.num_heads:
+    if not (0 <= first and count >= 1
+            and first + count <= self.num_heads):
       raise ValueError(f'heads {first + 1}..{first + count} requested; the '
                        f'model has heads 1..{self.num_heads}.')
+    # Heads that own a slice of the layer are numbered from 0 after skipping
+    # head 1 when it is the decoder output itself.
+    skip = 1 if self.head1_from_base else 0
     states = []
-    if self.head1_from_base and first == 0 and count > 0:
+    if skip and first == 0:
       states.append(h[..., None, :])
-      first, count = 0, count - 1
-    elif self.head1_from_base:
-      first -= 1
+      first, count = 1, count - 1
     if count:
-      states.append(h[..., None, :] + self._ffn(h, first, count))
+      states.append(h[..., None, :] + self._ffn(h, first - skip, count))
     return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
 
   def _ffn(self, h, first, count):
