@@ -177,10 +177,10 @@ class FeedForward(nnx.Module):
     linear = _linear_kwargs(config, rngs)
     self.up = nnx.Linear(config.d_model, config.d_ff, **linear)
     self.down = nnx.Linear(config.d_ff, config.d_model, **linear)
-    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.dropout = nnx.Dropout(config.dropout_rate)
 
-  def __call__(self, x, deterministic):
-    hidden = self.dropout(jax.nn.relu(self.up(x)), deterministic=deterministic)
+  def __call__(self, x, dropout_rngs):
+    hidden = _dropout(self.dropout, jax.nn.relu(self.up(x)), dropout_rngs)
     return self.down(hidden)
 
 
@@ -190,12 +190,12 @@ class Sublayer(nnx.Module):
   def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
     self.pre_norm = config.pre_norm
     self.norm = _layer_norm(config, rngs)
-    self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.dropout = nnx.Dropout(config.dropout_rate)
 
-  def __call__(self, x, f, deterministic):
+  def __call__(self, x, f, dropout_rngs):
     if self.pre_norm:
-      return x + self.dropout(f(self.norm(x)), deterministic=deterministic)
-    return self.norm(x + self.dropout(f(x), deterministic=deterministic))
+      return x + _dropout(self.dropout, f(self.norm(x)), dropout_rngs)
+    return self.norm(x + _dropout(self.dropout, f(x), dropout_rngs))
 
 
 class EncoderLayer(nnx.Module):
@@ -208,11 +208,11 @@ class EncoderLayer(nnx.Module):
     self.ffn = FeedForward(config, rngs=rngs)
     self.ffn_sublayer = Sublayer(config, rngs=rngs)
 
-  def __call__(self, x, mask, deterministic):
+  def __call__(self, x, mask, dropout_rngs):
     x = self.attention_sublayer(x, lambda y: self.attention(y, mask),
-                                deterministic)
-    return self.ffn_sublayer(x, lambda y: self.ffn(y, deterministic),
-                             deterministic)
+                                dropout_rngs)
+    return self.ffn_sublayer(x, lambda y: self.ffn(y, dropout_rngs),
+                             dropout_rngs)
 
 
 class DecoderLayer(nnx.Module):
@@ -230,7 +230,7 @@ class DecoderLayer(nnx.Module):
     self.ffn = FeedForward(config, rngs=rngs)
     self.ffn_sublayer = Sublayer(config, rngs=rngs)
 
-  def __call__(self, x, self_attend, memory, memory_valid, deterministic):
+  def __call__(self, x, self_attend, memory, memory_valid, dropout_rngs):
     """One layer, with the self-attention supplied by the caller.
 
     Args:
@@ -239,16 +239,16 @@ class DecoderLayer(nnx.Module):
         full causal attention in training, cached `extend` in decoding.
       memory: this layer's projected encoder output, or None.
       memory_valid: [batch, source_length] bool, or None.
-      deterministic: no dropout.
+      dropout_rngs: nnx.Rngs for dropout, or None for none.
     """
     x = self.attention_sublayer(x, lambda y: self_attend(self.attention, y),
-                                deterministic)
+                                dropout_rngs)
     if memory is not None:
       x = self.cross_sublayer(
           x, lambda y: self.cross_attention(y, memory, memory_valid),
-          deterministic)
-    return self.ffn_sublayer(x, lambda y: self.ffn(y, deterministic),
-                             deterministic)
+          dropout_rngs)
+    return self.ffn_sublayer(x, lambda y: self.ffn(y, dropout_rngs),
+                             dropout_rngs)
 
 
 class Transformer(nnx.Module):
@@ -268,7 +268,7 @@ class Transformer(nnx.Module):
       self.target_positions = embed(config.max_target_len)
       if config.is_encoder_decoder:
         self.source_positions = embed(config.max_source_len)
-    self.embed_dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+    self.embed_dropout = nnx.Dropout(config.dropout_rate)
     self.encoder_layers = nnx.List(
         [EncoderLayer(config, rngs=rngs)
          for _ in range(config.num_encoder_layers)])
@@ -290,7 +290,7 @@ class Transformer(nnx.Module):
 
   # --- Embeddings and outputs.
 
-  def _embed(self, tokens, positions, source: bool, deterministic):
+  def _embed(self, tokens, positions, source: bool, dropout_rngs):
     """[b, n] tokens at [b, n] positions -> [b, n, d_model]."""
     config = self.config
     table = self.target_embed
@@ -302,7 +302,7 @@ class Transformer(nnx.Module):
                self.target_positions)(positions)
     else:
       x = x + sinusoidal_positions(positions, config.d_model, x.dtype)
-    return self.embed_dropout(x, deterministic=deterministic)
+    return _dropout(self.embed_dropout, x, dropout_rngs)
 
   def head_logits(self, hidden: jax.Array, first: int, count: int):
     """Logits of heads first+1 .. first+count from decoder outputs.
@@ -315,7 +315,10 @@ class Transformer(nnx.Module):
     Returns:
       [..., count, vocab_size].
     """
-    states = self.heads(hidden, first, count)
+    return self.logits(self.heads(hidden, first, count))
+
+  def logits(self, states: jax.Array) -> jax.Array:
+    """The shared vocabulary projection: [..., d_model] -> [..., vocab]."""
     if self.config.tie_output:
       return self.target_embed.attend(states)
     return self.output(states)
@@ -330,18 +333,18 @@ class Transformer(nnx.Module):
 
   # --- Full-sequence passes (training and scoring).
 
-  def encode(self, source: jax.Array, deterministic: bool = True):
+  def encode(self, source: jax.Array, dropout_rngs: nnx.Rngs | None = None):
     """[batch, source_length] tokens -> [batch, source_length, d_model]."""
     valid = source != self.config.pad_id
     positions = jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
-    x = self._embed(source, positions, True, deterministic)
+    x = self._embed(source, positions, True, dropout_rngs)
     mask = attention.padding_mask(valid)
     for layer in self.encoder_layers:
-      x = layer(x, mask, deterministic)
+      x = layer(x, mask, dropout_rngs)
     return self.encoder_norm(x) if self.config.pre_norm else x
 
   def __call__(self, source: jax.Array | None, decoder_input: jax.Array,
-               deterministic: bool = True) -> jax.Array:
+               dropout_rngs: nnx.Rngs | None = None) -> jax.Array:
     """Decoder outputs for a whole target, without a cache.
 
     Args:
@@ -349,16 +352,17 @@ class Transformer(nnx.Module):
       decoder_input: [batch, length] tokens: for the encoder-decoder the
         target shifted right behind bos_id; for decoder-only models the
         prompt followed by the target.
+      dropout_rngs: randomness for dropout (training); None: no dropout.
 
     Returns:
       [batch, length, d_model]; apply `head_logits` for logits.
     """
-    memory, memory_valid = self._memory(source, deterministic)
+    memory, memory_valid = self._memory(source, dropout_rngs)
     positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]),
                                  decoder_input.shape)
     mask = attention.causal_mask(positions, decoder_input.shape[1])
     return self._decode(
-        decoder_input, positions, memory, memory_valid, deterministic,
+        decoder_input, positions, memory, memory_valid, dropout_rngs,
         lambda _, module, y: (module(y, mask), None))[0]
 
   # --- Cached decoding.
@@ -373,7 +377,7 @@ class Transformer(nnx.Module):
       source: [batch, source_length] tokens (encoder-decoder only).
     """
     config = self.config
-    memory, memory_valid = self._memory(source, True)
+    memory, memory_valid = self._memory(source, None)
     self_attention = tuple(
         attention.KVCache.zeros(batch, positions, config.num_heads,
                                 config.d_model // config.num_heads,
@@ -399,12 +403,12 @@ class Transformer(nnx.Module):
       return module.extend(y, cache.self_attention[i], start)
 
     hidden, layer_caches = self._decode(
-        tokens, positions, cache.memory or None, cache.memory_valid, True,
+        tokens, positions, cache.memory or None, cache.memory_valid, None,
         self_attend)
     return hidden, dataclasses.replace(cache,
                                        self_attention=tuple(layer_caches))
 
-  def _memory(self, source, deterministic):
+  def _memory(self, source, dropout_rngs):
     """Projected encoder output per decoder layer, and source validity."""
     if not self.config.is_encoder_decoder:
       if source is not None:
@@ -412,15 +416,15 @@ class Transformer(nnx.Module):
       return None, None
     if source is None:
       raise ValueError('an encoder-decoder model needs a source.')
-    encoded = self.encode(source, deterministic)
+    encoded = self.encode(source, dropout_rngs)
     memory = tuple(layer.cross_attention.project_memory(encoded)
                    for layer in self.decoder_layers)
     return memory, source != self.config.pad_id
 
-  def _decode(self, tokens, positions, memory, memory_valid, deterministic,
+  def _decode(self, tokens, positions, memory, memory_valid, dropout_rngs,
               self_attend):
     """Decoder stack; `self_attend(i, module, y)` -> (out, layer cache)."""
-    x = self._embed(tokens, positions, False, deterministic)
+    x = self._embed(tokens, positions, False, dropout_rngs)
     layer_caches = []
     for i, layer in enumerate(self.decoder_layers):
       def attend(module, y, i=i):
@@ -428,10 +432,21 @@ class Transformer(nnx.Module):
         layer_caches.append(layer_cache)
         return out
       x = layer(x, attend, None if memory is None else memory[i],
-                memory_valid, deterministic)
+                memory_valid, dropout_rngs)
     if self.config.pre_norm:
       x = self.decoder_norm(x)
     return x, layer_caches
+
+
+def _dropout(dropout: nnx.Dropout, x, rngs: nnx.Rngs | None):
+  """Dropout in training (rngs given), identity otherwise.
+
+  The randomness comes with each call rather than living in the modules, so
+  a training step derives it from (seed, step) alone: resuming reproduces it.
+  """
+  if rngs is None:
+    return x
+  return dropout(x, deterministic=False, rngs=rngs)
 
 
 def _dtype(name: str):
