@@ -1,28 +1,38 @@
-"""Command-line entry point, driven by an ml_collections config file.
+"""Training job, driven by an ml_collections config file.
 
     python -m bpd_jax.main --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Overrides: `--config.decode.max_len=32`; options: `--config=FILE:key=value`.
-Runs the decoding demo of the config (greedy vs blockwise, side by side).
+Trains as the config says (rerunning on the same workdir resumes from the
+latest checkpoint), then, with `eval.after_training`, decodes the eval split
+with greedy and blockwise decoders and prints the comparison table.
+Overrides: `--config.train.base_steps=500`; options: `--config=FILE:key=value`.
 """
 
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from bpd_jax import demo
+from bpd_jax import config_checks
+from bpd_jax import distributed
+from bpd_jax import decode_eval
+from bpd_jax import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
 _WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Directory for the reports the job writes.')
+    'workdir', None, 'Directory of checkpoints, vocabulary and reports.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  demo.run(_CONFIG.value, _WORKDIR.value)
+  config = _CONFIG.value
+  config_checks.check(config)
+  distributed.initialize()
+  model, task = train.train(config, _WORKDIR.value)
+  if config.eval.after_training:
+    decode_eval.report(config, _WORKDIR.value, model, task)
 
 
 if __name__ == '__main__':

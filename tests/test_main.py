@@ -1,4 +1,4 @@
-"""The command-line job, on a tiny config, in a subprocess as a user runs it."""
+"""The command-line jobs, in subprocesses, as a user runs them."""
 
 import json
 import os
@@ -9,37 +9,49 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--config=configs/demo.py:quick', '--config.model.d_model=32',
+        '--config.model.d_ff=64', '--config.model.num_proposal_heads=3',
+        '--config.model.head_hidden=32', '--config.train.base_steps=10',
+        '--config.train.head_steps=6', '--config.train.log_every=5',
+        '--config.eval.num_examples=6', '--config.eval.ks=(2,3)']
 
 
-def run_main(*flags):
+def run(module, *flags):
   return subprocess.run(
-      [sys.executable, '-m', 'bpd_jax.main', *flags], cwd=ROOT,
-      capture_output=True, text=True, timeout=300,
+      [sys.executable, '-m', f'bpd_jax.{module}', *flags], cwd=ROOT,
+      capture_output=True, text=True, timeout=600,
       env={**os.environ, 'XLA_FLAGS': ''})
 
 
-def test_demo_job_reports_identical_output(tmp_path):
-  result = run_main('--config=configs/demo.py:size=tiny,batch=2',
-                    f'--workdir={tmp_path}', '--config.decode.max_len=12',
-                    '--config.decode.ks=(2,3)', '--config.decode.repeats=1')
-  assert result.returncode == 0, result.stderr
-  report = json.loads((tmp_path / 'decode_demo.json').read_text())
-  rows = report['rows']
-  assert [(row['decoder'], row['k']) for row in rows] == [
-      ('greedy', 1), ('blockwise', 2), ('blockwise', 3)]
-  assert all(row['identical_to_greedy'] == 1.0 for row in rows)
+def test_train_resume_and_evaluate(tmp_path):
+  result = run('main', *TINY, f'--workdir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Phase \'heads\': steps 10..16' in result.stdout
   assert '| decoder' in result.stdout
+  report = json.loads((tmp_path / 'eval_validation.json').read_text())
+  assert [r['decoder'] for r in report['rows']] == [
+      'greedy', 'blockwise k=2', 'blockwise k=3']
+  assert all(r['identical_to_greedy'] == 1.0 for r in report['rows'])
+  # Rerun on the same workdir: resumes at the end, trains nothing more.
+  again = run('main', *TINY, f'--workdir={tmp_path}',
+              '--config.eval.after_training=false')
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'Resumed from step 16' in again.stdout
+  assert 'step ' not in again.stdout.replace('Resumed from step', '')
+  evaluated = run('evaluate', *TINY, f'--workdir={tmp_path}')
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert 'blockwise k=3' in evaluated.stdout
 
 
 @pytest.mark.parametrize('flags,message', [
-    (['--config.decode.ks=(2,9)'], r'k=9 must be an integer in \[1, 8\]'),
-    (['--config.decode.criterion=top3'], "criterion 'top3' is not"),
-    (['--config.model.dropout_rate=2.0'], 'dropout_rate=2.0 must be in'),
-    (['--config.decode.beam=3'], 'beam'),
+    (['--config.eval.ks=(2,9)'], r'k=9 must be an integer in \[1, 8\]'),
+    (['--config.train.batch_size=0'], 'train.batch_size=0 must be'),
+    (['--config.train.stepz=3'], 'stepz'),
+    (['--config=configs/demo.py:fast'], "unknown config option 'fast'"),
 ])
-def test_bad_config_stops_with_a_message(tmp_path, flags, message):
-  result = run_main('--config=configs/demo.py:size=tiny',
-                    f'--workdir={tmp_path}', *flags)
+def test_bad_config_stops_before_any_work(tmp_path, flags, message):
+  result = run('main', '--config=configs/demo.py', f'--workdir={tmp_path}',
+               *flags)
   assert result.returncode != 0
-  assert re.search(message, result.stderr), result.stderr
-  assert not (tmp_path / 'decode_demo.json').exists()
+  assert re.search(message, result.stderr), result.stderr[-2000:]
+  assert not (tmp_path / 'checkpoints').exists()

@@ -1,0 +1,80 @@
+"""Checks a training/eval config before any work starts.
+
+Every problem is reported with the field's full name, its value and what it
+must be, so a typo in a sweep fails in a second rather than after training.
+"""
+
+from bpd_jax import decoding
+from bpd_jax.data import tasks
+from bpd_jax.models import TransformerConfig
+
+SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
+
+
+def check(config) -> None:
+  """Raises ValueError naming the first bad field."""
+  for section in SECTIONS:
+    if section not in config:
+      raise ValueError(f'the config has no {section!r} section.')
+  _check_task(config.task)
+  model = _model_config(config.model)
+  train, ev = config.train, config.eval
+  _at_least(train, 'train', batch_size=1, base_steps=0, head_steps=0,
+            warmup_steps=1, grad_accum_steps=1, log_every=1,
+            checkpoint_every=1, keep_checkpoints=1)
+  _at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
+            periodic_examples=1)
+  if not train.learning_rate > 0:
+    raise ValueError(f'train.learning_rate={train.learning_rate} must be > 0.')
+  if not 0 <= train.label_smoothing < 1:
+    raise ValueError(f'train.label_smoothing={train.label_smoothing} must be '
+                     f'in [0, 1).')
+  if train.clip_norm < 0:
+    raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
+  decoding.from_spec(ev.criterion)
+  heads = model.num_proposal_heads
+  for k in ev.ks:
+    if not isinstance(k, int) or not 1 <= k <= heads:
+      raise ValueError(f'eval.ks: k={k!r} must be an integer in [1, {heads}] '
+                       f'(model.num_proposal_heads).')
+  if ev.ks and not 1 <= ev.min_block <= min(ev.ks):
+    raise ValueError(f'eval.min_block={ev.min_block} must be in '
+                     f'[1, {min(ev.ks)}] (the smallest k).')
+  needed = ev.max_len + max(ev.ks or [1])
+  if needed > model.max_target_len:
+    raise ValueError(f'eval.max_len={ev.max_len} with k up to '
+                     f'{max(ev.ks or [1])} needs {needed} decoder positions; '
+                     f'model.max_target_len={model.max_target_len}.')
+  if len(config.mesh.shape) != len(config.mesh.axes):
+    raise ValueError(f'mesh.shape={tuple(config.mesh.shape)} and mesh.axes='
+                     f'{tuple(config.mesh.axes)} differ in length.')
+  if config.mesh.data_axis not in config.mesh.axes:
+    raise ValueError(f'mesh.data_axis={config.mesh.data_axis!r} is not one '
+                     f'of mesh.axes={tuple(config.mesh.axes)}.')
+
+
+def _check_task(task) -> None:
+  if task.name not in tasks.TASKS:
+    raise ValueError(f'task.name={task.name!r} is not one of {tasks.TASKS}.')
+  _at_least(task, 'task', max_source_len=2, max_target_len=2)
+  if task.name == 'parallel_text':
+    if task.vocab_type not in tasks.VOCAB_TYPES:
+      raise ValueError(f'task.vocab_type={task.vocab_type!r} is not one of '
+                       f'{tasks.VOCAB_TYPES}.')
+    if 'train' not in task.splits:
+      raise ValueError(f'task.splits={dict(task.splits)} needs "train".')
+
+
+def _model_config(model) -> TransformerConfig:
+  fields = dict(model)
+  size = fields.pop('size')
+  # The vocabulary size comes from the task; any valid value checks the rest.
+  return TransformerConfig.from_size(size, vocab_size=1024, **fields)
+
+
+def _at_least(section, name, **minimums) -> None:
+  for field, minimum in minimums.items():
+    value = section[field]
+    if not isinstance(value, int) or value < minimum:
+      raise ValueError(f'{name}.{field}={value!r} must be an integer >= '
+                       f'{minimum}.')

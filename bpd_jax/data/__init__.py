@@ -1,0 +1,1 @@
+"""Input pipelines: tasks, vocabularies, batching."""

@@ -1,0 +1,106 @@
+"""Vocabularies: text <-> token ids, with the ids the models reserve.
+
+Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (the defaults of
+TransformerConfig), so a model config needs only the vocabulary size.
+"""
+
+import abc
+import os
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = ('<pad>', '</s>', '<s>', '<unk>')
+
+
+class Vocabulary(abc.ABC):
+  """Maps a sentence to ids (no eos added) and ids back to a sentence."""
+
+  @property
+  @abc.abstractmethod
+  def vocab_size(self) -> int:
+    """Number of ids, special ones included."""
+
+  @abc.abstractmethod
+  def encode(self, text: str) -> list[int]:
+    """Token ids of a sentence, without eos."""
+
+  @abc.abstractmethod
+  def _decode_ids(self, ids: list[int]) -> str:
+    """Text of ids that contain no special id but unk."""
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Text of ids up to the first eos; pad and bos are dropped."""
+    ids = [int(i) for i in ids]
+    if EOS_ID in ids:
+      ids = ids[:ids.index(EOS_ID)]
+    return self._decode_ids([i for i in ids if i not in (PAD_ID, BOS_ID)])
+
+
+class WordVocabulary(Vocabulary):
+  """Whitespace-separated words, for tasks whose word list is known."""
+
+  def __init__(self, words: Iterable[str]):
+    words = list(dict.fromkeys(words))  # Ordered, without duplicates.
+    clash = set(words) & set(SPECIAL_TOKENS)
+    if clash:
+      raise ValueError(f'words {sorted(clash)} clash with special tokens.')
+    self._words = list(SPECIAL_TOKENS) + words
+    self._ids = {word: i for i, word in enumerate(self._words)}
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self._words)
+
+  def encode(self, text: str) -> list[int]:
+    return [self._ids.get(word, UNK_ID) for word in text.split()]
+
+  def _decode_ids(self, ids):
+    return ' '.join(self._words[i] for i in ids)
+
+
+class SentencePieceVocabulary(Vocabulary):
+  """A SentencePiece model (subwords), trained on the task's own text."""
+
+  def __init__(self, model_path: str):
+    if not os.path.exists(model_path):
+      raise FileNotFoundError(f'SentencePiece model {model_path} not found.')
+    self.model_path = model_path
+    self._processor = spm.SentencePieceProcessor(model_file=model_path)
+    ids = (self._processor.pad_id(), self._processor.eos_id(),
+           self._processor.bos_id(), self._processor.unk_id())
+    if ids != (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
+      raise ValueError(f'{model_path} has special ids (pad, eos, bos, unk) = '
+                       f'{ids}; expected {(PAD_ID, EOS_ID, BOS_ID, UNK_ID)}.')
+
+  @classmethod
+  def train(cls, sentences: Iterable[str], model_path: str,
+            vocab_size: int) -> 'SentencePieceVocabulary':
+    """Trains a unigram model on `sentences` and saves it at `model_path`.
+
+    The file is written under a temporary name and renamed, so a job killed
+    while training leaves no half-written model behind.
+    """
+    if not model_path.endswith('.model'):
+      raise ValueError(f'model_path {model_path!r} must end with ".model".')
+    os.makedirs(os.path.dirname(model_path) or '.', exist_ok=True)
+    prefix = model_path[:-len('.model')] + '.partial'
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_prefix=prefix,
+        vocab_size=vocab_size, model_type='unigram', character_coverage=1.0,
+        pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+        hard_vocab_limit=False, minloglevel=2)
+    os.replace(prefix + '.model', model_path)
+    os.remove(prefix + '.vocab')
+    return cls(model_path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._processor.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self._processor.encode(text)
+
+  def _decode_ids(self, ids):
+    return self._processor.decode(ids)

@@ -1,0 +1,154 @@
+"""Decode an eval split with several decoders and compare them side by side.
+
+Used by the evaluate job, by periodic evaluation during training and by the
+main job's final table. Each decoder runs over the whole split after one
+compilation; the report gives quality (sacreBLEU on detokenized text), mean
+accepted block size, model calls, wall-clock, speedup over greedy decoding
+and the fraction of outputs identical to greedy's.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import numpy as np
+import sacrebleu
+import tabulate
+
+from bpd_jax import decoding
+from bpd_jax import generate
+from bpd_jax import sharding
+from bpd_jax.data import batching
+
+COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
+           'speedup', 'identical_to_greedy')
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderSpec:
+  """One decoder to compare: greedy (k = 0) or blockwise."""
+  k: int = 0
+  criterion: str = 'exact'
+  min_block: int = 1
+
+  @property
+  def name(self) -> str:
+    if not self.k:
+      return 'greedy'
+    extra = '' if self.criterion == 'exact' else f' {self.criterion}'
+    extra += f' l={self.min_block}' if self.min_block > 1 else ''
+    return f'blockwise k={self.k}{extra}'
+
+  def run(self, model, sources, max_len, mesh):
+    if not self.k:
+      return generate.greedy(model, sources, max_len=max_len, mesh=mesh)
+    return generate.blockwise(
+        model, sources, k=self.k, max_len=max_len, mesh=mesh,
+        criterion=decoding.from_spec(self.criterion),
+        min_block=self.min_block)
+
+
+def decoders_from_config(eval_config) -> list[DecoderSpec]:
+  """Greedy first (the reference), then blockwise for each k in eval.ks."""
+  return [DecoderSpec()] + [
+      DecoderSpec(k, eval_config.criterion, eval_config.min_block)
+      for k in eval_config.ks]
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+  """Corpus BLEU of detokenized text, and sacreBLEU's signature."""
+  metric = sacrebleu.metrics.BLEU()
+  score = metric.corpus_score(hypotheses, [references]).score
+  return score, str(metric.get_signature())
+
+
+def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
+             batch_size: int, max_len: int, num_examples: int = 0,
+             mesh=None, log=print) -> dict:
+  """Decodes `split` with every decoder; returns the report.
+
+  Args:
+    model: the Transformer.
+    task: the Task (vocabulary and sentence pairs).
+    split: split name, e.g. 'validation'.
+    decoders: greedy must come first: it is the reference of the speedups
+      and of identical_to_greedy.
+    batch_size: sentences decoded together (a multiple of the mesh's data
+      axis when a mesh is given).
+    max_len: most tokens generated per sentence.
+    num_examples: the first this many sentences (0: all).
+    mesh: optional mesh to shard the batch over.
+    log: progress messages go here.
+
+  Returns:
+    dict(split, examples, truncated_sources, bleu_signature, rows), a row
+    per decoder.
+  """
+  if not decoders or decoders[0].k:
+    raise ValueError('the first decoder must be greedy (k=0).')
+  pairs = task.pairs(split)[:num_examples or None]
+  encoded = [task.vocab.encode(source) + [1] for source, _ in pairs]
+  sources, truncated = batching.truncate(encoded,
+                                         model.config.max_source_len)
+  if truncated:
+    log(f'warning: {truncated} of {len(sources)} {split} sources exceed '
+        f'max_source_len={model.config.max_source_len} and were cut.')
+  references = [target for _, target in pairs]
+  batches = list(batching.eval_batches(sources, batch_size,
+                                       model.config.max_source_len))
+  rows, signature, reference_tokens, greedy_wall = [], None, None, None
+  for spec in decoders:
+    jax.block_until_ready(spec.run(model, batches[0][0], max_len, mesh))
+    start = time.perf_counter()
+    results = [(spec.run(model, inputs, max_len, mesh), real)
+               for inputs, real in batches]
+    jax.block_until_ready([r for r, _ in results])
+    wall = time.perf_counter() - start
+    tokens = np.concatenate([np.asarray(r.tokens)[:real]
+                             for r, real in results])
+    lengths = np.concatenate([np.asarray(r.lengths)[:real]
+                              for r, real in results])
+    calls = sum(int(r.iterations) for r, _ in results)
+    example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
+                        for r, real in results)
+    hypotheses = [task.vocab.decode(row) for row in tokens]
+    score, signature = bleu(hypotheses, references)
+    if reference_tokens is None:
+      reference_tokens, greedy_wall = tokens, wall
+    rows.append(dict(
+        decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
+        min_block=spec.min_block, bleu=round(score, 2),
+        mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
+        model_calls=calls, wall_s=round(wall, 3),
+        tokens_per_s=round(float(lengths.sum()) / wall, 1),
+        speedup=round(greedy_wall / wall, 3),
+        identical_to_greedy=round(float(
+            (tokens == reference_tokens).all(axis=1).mean()), 4)))
+    log(f'  {spec.name}: BLEU {score:.2f}, mean block '
+        f'{rows[-1]["mean_block"]}, {wall:.2f} s')
+  return dict(split=split, examples=len(pairs), truncated_sources=truncated,
+              bleu_signature=signature, rows=rows)
+
+
+def report(config, workdir: str, model, task, log=print) -> dict:
+  """Runs the comparison, prints the table, writes the JSON report."""
+  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  model = jax.device_put(model, jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()))
+  log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
+      f'sentences) with {len(config.eval.ks) + 1} decoders:')
+  result = evaluate(
+      model, task, config.eval.split, decoders_from_config(config.eval),
+      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+      num_examples=config.eval.num_examples, mesh=mesh, log=log)
+  if jax.process_index() == 0:
+    path = os.path.join(workdir, f'eval_{config.eval.split}.json')
+    with open(path, 'w') as f:
+      json.dump(dict(result, config=config.to_dict()), f, indent=2)
+    table = [[row[c] for c in COLUMNS] for row in result['rows']]
+    log(tabulate.tabulate(table, headers=COLUMNS, tablefmt='github'))
+    log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '
+        f'{result["bleu_signature"]}. Report: {path}')
+  return result

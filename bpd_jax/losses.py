@@ -1,0 +1,88 @@
+"""Training losses of the base model and the blockwise heads.
+
+Head i (0-based) at decoder position t predicts target token t + i: head 0
+is the ordinary next-token output. The loss of a set of heads is either the
+mean of their per-head losses, or, as the paper proposes, the loss of one
+head drawn uniformly at random each step: an unbiased estimate of that mean
+which needs the vocabulary projection (the largest activation) of one head.
+"""
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from bpd_jax.data import vocab as vocab_lib
+
+
+def shift_right(target: jax.Array, bos_id: int) -> jax.Array:
+  """Decoder input: [batch, length] target -> bos_id, target[:-1]."""
+  return jnp.pad(target, ((0, 0), (1, 0)), constant_values=bos_id)[:, :-1]
+
+
+def shifted_targets(target: jax.Array, first: int, count: int,
+                    pad_id: int = vocab_lib.PAD_ID) -> jax.Array:
+  """Labels of heads first .. first+count-1: [batch, length, count].
+
+  labels[b, t, j] = target[b, t + first + j], pad_id past the end.
+  """
+  length = target.shape[1]
+  padded = jnp.pad(target, ((0, 0), (0, first + count)),
+                   constant_values=pad_id)
+  return jnp.stack([padded[:, first + j:first + j + length]
+                    for j in range(count)], axis=-1)
+
+
+def token_losses(logits: jax.Array, labels: jax.Array,
+                 label_smoothing: float) -> jax.Array:
+  """Cross-entropy against label-smoothed one-hot targets, per token."""
+  vocab = logits.shape[-1]
+  targets = optax.smooth_labels(jax.nn.one_hot(labels, vocab), label_smoothing)
+  return optax.softmax_cross_entropy(logits.astype(jnp.float32), targets)
+
+
+def heads_loss(model, batch: dict, *, first: int, count: int,
+               label_smoothing: float, random_head: bool,
+               dropout_key: jax.Array, head_key: jax.Array):
+  """Loss of heads first .. first+count-1 on a batch.
+
+  Args:
+    model: a Transformer (encoder-decoder).
+    batch: source [batch, S] and target [batch, T] ids, eos-ended, padded.
+    first: 0-based index of the first trained head.
+    count: number of trained heads.
+    label_smoothing: mass spread over the vocabulary (0.1 in the paper).
+    random_head: train one head drawn uniformly (else the mean over heads).
+    dropout_key: randomness of dropout (None: no dropout).
+    head_key: randomness of the head draw.
+
+  Returns:
+    (loss, metrics) where metrics holds per-head sums over the batch, each
+    [num_proposal_heads]: loss_sum, correct, tokens (zero for heads that were
+    not trained this step).
+  """
+  target = batch['target']
+  rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
+  hidden = model(batch['source'], shift_right(target, model.config.bos_id),
+                 dropout_rngs=rngs)
+  states = model.heads(hidden, first, count)  # [batch, T, count, d_model]
+  labels = shifted_targets(target, first, count, model.config.pad_id)
+  if random_head:
+    # Only the drawn head goes through the vocabulary projection.
+    drawn = jax.random.randint(head_key, (), 0, count)
+    states = jnp.take(states, drawn[None], axis=2)
+    labels = jnp.take(labels, drawn[None], axis=2)
+    heads = first + drawn[None]
+  else:
+    heads = first + jnp.arange(count)
+  logits = model.logits(states)  # [batch, T, heads, vocab]
+  mask = (labels != model.config.pad_id).astype(jnp.float32)
+  losses = token_losses(logits, labels, label_smoothing) * mask
+  correct = (jnp.argmax(logits, -1) == labels) * mask
+  per_head_loss = losses.sum((0, 1)) / jnp.maximum(mask.sum((0, 1)), 1.0)
+  num_heads = model.config.num_proposal_heads
+  scatter = lambda values: jnp.zeros(num_heads).at[heads].add(values)
+  metrics = dict(loss_sum=scatter(losses.sum((0, 1))),
+                 correct=scatter(correct.sum((0, 1))),
+                 tokens=scatter(mask.sum((0, 1))))
+  return per_head_loss.mean(), metrics

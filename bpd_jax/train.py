@@ -1,0 +1,393 @@
+"""Training: phases, the jitted step, and the loop around it.
+
+A run has up to two phases, in one step count and one checkpoint sequence:
+- 'base' (train.base_steps): the whole model on the next-token loss.
+- 'heads' (train.head_steps): the proposal heads, on a frozen base
+  (train.freeze_base; the base parameters stay bit-identical) or with the
+  whole model fine-tuned, on the mean loss of the heads or on one head drawn
+  at random each step (train.random_head).
+So `base_steps > 0, head_steps = 0` trains a base model (k = 1);
+`base_steps = 0` with `train.init_from` trains heads on a base taken from
+another run's checkpoint; both > 0 does base then heads (the demo).
+
+Everything a step needs is a function of (seed, step): the batch (see
+data/batching.py), dropout and the random head. A checkpoint holds the
+step, parameters and optimizer state, so a resumed run repeats the
+uninterrupted one exactly. SIGTERM (preemption) saves before exiting; a
+non-finite loss stops the run without saving over the last good checkpoint.
+"""
+
+import dataclasses
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from flax import nnx
+
+from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax import decode_eval
+from bpd_jax import losses
+from bpd_jax import optim
+from bpd_jax import sharding
+from bpd_jax.data import batching
+from bpd_jax.data import tasks
+from bpd_jax.models import Transformer, TransformerConfig
+
+HEADS = nnx.PathContains('heads')
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Steps [start, end) training the parameters `trainable` selects."""
+  name: str
+  start: int
+  end: int
+  heads_only: bool  # Only the proposal heads' parameters change.
+  first_head: int  # Loss on heads first_head .. first_head + num_heads - 1.
+  num_heads: int
+
+
+def plan_phases(train_config, model_config: TransformerConfig) -> list[Phase]:
+  """The phases of a run, validated."""
+  base, heads = train_config.base_steps, train_config.head_steps
+  if base < 0 or heads < 0 or base + heads == 0:
+    raise ValueError(f'train.base_steps={base} and train.head_steps={heads} '
+                     f'must be >= 0 with a positive sum.')
+  k = model_config.num_proposal_heads
+  phases = []
+  if base:
+    phases.append(Phase('base', 0, base, False, 0, 1))
+  if heads:
+    if k < 2:
+      raise ValueError(f'train.head_steps={heads} needs proposal heads: '
+                       f'model.num_proposal_heads={k} must be >= 2.')
+    if not base and not train_config.init_from:
+      raise ValueError('training heads without a base phase needs a trained '
+                       'base: set train.init_from to its workdir.')
+    frozen = train_config.freeze_base
+    # A frozen head 1 that is the base output has nothing to learn.
+    first = 1 if frozen and model_config.head1_from_base else 0
+    phases.append(Phase('heads', base, base + heads, frozen, first,
+                        k - first))
+  return phases
+
+
+def phase_at(phases: list[Phase], step: int) -> Phase:
+  """The phase that trains step `step` (the last one past the end)."""
+  return next((p for p in phases if p.start <= step < p.end), phases[-1])
+
+
+def model_config_from(config, vocab_size: int) -> TransformerConfig:
+  """The TransformerConfig of a config's `model` section."""
+  fields = dict(config.model)
+  size = fields.pop('size')
+  return TransformerConfig.from_size(size, vocab_size=vocab_size, **fields)
+
+
+def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
+  """The pure step function of a phase: (state, batch) -> (state, metrics)."""
+  trainable = HEADS if phase.heads_only else nnx.Param
+
+  def step_fn(state, batch):
+    key = jax.random.fold_in(jax.random.key(seed), state['step'])
+    dropout_key, head_key = jax.random.split(key)
+    params, frozen = nnx.split_state(state['params'], trainable, ...)
+
+    def loss_fn(params):
+      model = nnx.merge(graphdef, params, frozen)
+      return losses.heads_loss(
+          model, batch, first=phase.first_head, count=phase.num_heads,
+          label_smoothing=train_config.label_smoothing,
+          random_head=train_config.random_head, dropout_key=dropout_key,
+          head_key=head_key)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, state['opt_state'], params)
+    params = optax.apply_updates(params, updates)
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+    new_state = dict(step=state['step'] + 1,
+                     params=nnx.merge_state(params, frozen),
+                     opt_state=opt_state)
+    return new_state, metrics
+
+  return step_fn
+
+
+class _Preemption:
+  """Remembers a SIGTERM so the loop can save and exit between steps."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    logging.warning('SIGTERM: saving a checkpoint and exiting.')
+    self.requested = True
+
+  def restore(self):
+    signal.signal(signal.SIGTERM, self._previous)
+
+
+class NonFiniteLoss(FloatingPointError):
+  """The loss became NaN or infinite."""
+
+
+def params_from_checkpoint(params: nnx.State, directory: str,
+                           heads: bool) -> nnx.State:
+  """`params` with values from the latest checkpoint of another run.
+
+  Args:
+    params: the parameters to fill (their structure, shapes and dtypes).
+    directory: a checkpoint directory (WORKDIR/checkpoints).
+    heads: take the proposal heads too; if False they keep their values
+      (a warm start of new heads on a trained base).
+
+  Raises:
+    FileNotFoundError: no checkpoint there.
+    ValueError: a parameter is missing there or has another shape.
+  """
+  saved = checkpoints_lib.restore_params_dict(directory)
+
+  def take(path, value):
+    keys = [str(getattr(p, 'key', getattr(p, 'name', p))) for p in path]
+    if keys[0] == 'heads' and not heads:
+      return value
+    node = saved
+    for key in keys:
+      node = node.get(key) if isinstance(node, dict) else None
+      if node is None:
+        raise ValueError(f'{"/".join(keys)} is not in the checkpoint in '
+                         f'{directory}: is it a run of another model?')
+    if node.shape != value.shape:
+      raise ValueError(f'{"/".join(keys)} has shape {node.shape} in '
+                       f'{directory}; the model needs {value.shape}.')
+    return jnp.asarray(node, value.dtype)
+
+  return jax.tree_util.tree_map_with_path(take, params)
+
+
+def restore_model(config, workdir: str):
+  """(model with the latest checkpoint's parameters, task)."""
+  task = tasks.load_task(config.task, workdir)
+  model = Transformer(model_config_from(config, task.vocab.vocab_size),
+                      rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model)
+  params = params_from_checkpoint(
+      params, os.path.join(workdir, 'checkpoints'), heads=True)
+  return nnx.merge(graphdef, params), task
+
+
+def train(config, workdir: str, log=print):
+  """Trains as `config` says, resuming from `workdir`; returns (model, task).
+
+  The model returned has the final parameters (on the run's mesh).
+  """
+  train_config = config.train
+  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  data_sharding = sharding.batch_sharding(mesh, config.mesh.data_axis)
+  task = tasks.load_task(config.task, workdir)
+  model_config = model_config_from(config, task.vocab.vocab_size)
+  phases = plan_phases(train_config, model_config)
+  data = batching.TrainBatches(
+      task.encoded('train'), train_config.batch_size,
+      config.task.max_source_len, config.task.max_target_len, config.seed,
+      jax.process_index(), jax.process_count())
+  if data.dropped:
+    log(f'{data.dropped} training pairs longer than the task\'s max lengths '
+        f'were left out.')
+  if train_config.batch_size % mesh.shape[config.mesh.data_axis]:
+    raise ValueError(f'train.batch_size={train_config.batch_size} must be a '
+                     f'multiple of the {mesh.shape[config.mesh.data_axis]} '
+                     f'devices of the data axis.')
+
+  model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
+  graphdef, params = nnx.split(model)
+  param_shardings = sharding.param_shardings(params, mesh,
+                                             config.mesh.param_rules)
+  tx = optim.make_optimizer(train_config)
+  checkpoints = checkpoints_lib.Checkpoints(
+      os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints)
+
+  def new_state(params, phase):
+    trainable = nnx.split_state(params, HEADS if phase.heads_only
+                                else nnx.Param, ...)[0]
+    return dict(step=jnp.asarray(phase.start, jnp.int32), params=params,
+                opt_state=tx.init(trainable))
+
+  def state_shardings(phase):
+    abstract = jax.eval_shape(lambda p: new_state(p, phase), params)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    trainable = nnx.split_state(param_shardings, HEADS if phase.heads_only
+                                else nnx.Param, ...)[0]
+    # Optimizer moments are laid out like the parameters they follow.
+    opt_shardings = optax.tree_map_params(
+        tx, lambda _, sharding: sharding, abstract['opt_state'], trainable,
+        transform_non_params=lambda _: replicated)
+    shardings = dict(step=replicated, params=param_shardings,
+                     opt_state=opt_shardings)
+    return shardings, abstract
+
+  latest = checkpoints.latest_step()
+  if latest is not None:
+    phase = phase_at(phases, latest)
+    shardings, abstract = state_shardings(phase)
+    state = checkpoints.restore(latest, checkpoints_lib.abstract_like(
+        abstract, shardings))
+    log(f'Resumed from step {latest} in {checkpoints.directory}.')
+  else:
+    if train_config.init_from:
+      params = params_from_checkpoint(
+          params, os.path.join(train_config.init_from, 'checkpoints'),
+          heads=False)
+      log(f'Warm start of the base from {train_config.init_from}.')
+    phase = phases[0]
+    shardings, _ = state_shardings(phase)
+    state = jax.device_put(new_state(params, phase), shardings)
+
+  total = phases[-1].end
+  preemption = _Preemption()
+  writer = _MetricWriter(workdir)
+  try:
+    step = int(state['step'])
+    while step < total:
+      phase = phase_at(phases, step)
+      shardings, _ = state_shardings(phase)
+      step_fn = jax.jit(make_train_step(graphdef, phase, tx, train_config,
+                                        config.seed),
+                        in_shardings=(shardings, data_sharding),
+                        out_shardings=(shardings, None), donate_argnums=0)
+      log(f'Phase {phase.name!r}: steps {step}..{phase.end}, heads '
+          f'{phase.first_head + 1}..{phase.first_head + phase.num_heads}'
+          f'{" on a frozen base" if phase.heads_only else ""}.')
+      state, step = _run_phase(
+          config, phase, state, step_fn, data, data_sharding, checkpoints,
+          preemption, writer, graphdef, task, mesh, log)
+      if step < total and phase_at(phases, step) is not phase:
+        # The next phase starts with a fresh optimizer for its parameters;
+        # the boundary checkpoint holds that state, so that a restore of
+        # step `step` finds the optimizer state of the phase it resumes.
+        following = phase_at(phases, step)
+        state = jax.device_put(new_state(state['params'], following),
+                               state_shardings(following)[0])
+      checkpoints.save(step, state)
+      if preemption.requested:
+        log(f'Preempted: saved step {step}; rerun the same command to '
+            f'resume.')
+        break
+  finally:
+    checkpoints.wait()
+    checkpoints.close()
+    preemption.restore()
+    writer.close()
+  return nnx.merge(graphdef, state['params']), task
+
+
+def _run_phase(config, phase, state, step_fn, data, data_sharding,
+               checkpoints, preemption, writer, graphdef, task, mesh, log):
+  """Steps to the end of `phase` (or a preemption); returns (state, step).
+
+  Saves every train.checkpoint_every steps inside the phase; the caller
+  saves at its end.
+  """
+  train_config = config.train
+  step = int(state['step'])
+  sums, window_start, window_steps = None, time.perf_counter(), 0
+  while step < phase.end and not preemption.requested:
+    batch = sharding.global_batch(data(step), data_sharding)
+    state, metrics = step_fn(state, batch)
+    step += 1
+    window_steps += 1
+    sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+    at_end = step == phase.end or preemption.requested
+    save = not at_end and step % train_config.checkpoint_every == 0
+    if at_end or save or step % train_config.log_every == 0:
+      # Also checks the loss before any save: a non-finite one stops here.
+      summary = _summarize(jax.device_get(sums), window_steps,
+                           time.perf_counter() - window_start, train_config,
+                           phase, step)
+      if not np.isfinite(summary['loss']):
+        raise NonFiniteLoss(
+            f'loss is {summary["loss"]} at step {step}; stopped without '
+            f'saving. The last good checkpoint is step '
+            f'{checkpoints.latest_step()} in {checkpoints.directory}.')
+      writer.write(step, summary)
+      log(_progress_line(summary, step, phase.end))
+      sums, window_start, window_steps = None, time.perf_counter(), 0
+    if save:
+      checkpoints.save(step, state)
+    if config.eval.every and step % config.eval.every == 0 and not at_end:
+      _periodic_eval(config, graphdef, state, task, mesh, writer, step, log)
+  return state, step
+
+
+def _summarize(sums, steps, elapsed, train_config, phase, step) -> dict:
+  tokens = sums['tokens']
+  trained = tokens > 0
+  summary = dict(
+      loss=float(sums['loss']) / steps,
+      grad_norm=float(sums['grad_norm']) / steps,
+      learning_rate=float(optim.rsqrt_schedule(
+          train_config.learning_rate, train_config.warmup_steps)(
+              (step - phase.start) // train_config.grad_accum_steps)),
+      steps_per_s=steps / elapsed,
+      tokens_per_s=float(tokens.max()) / elapsed)
+  for head in np.flatnonzero(trained):
+    summary[f'loss/head{head + 1}'] = float(sums['loss_sum'][head] /
+                                            tokens[head])
+    summary[f'accuracy/head{head + 1}'] = float(sums['correct'][head] /
+                                                tokens[head])
+  return summary
+
+
+def _progress_line(summary, step, phases_end) -> str:
+  accuracies = ' '.join(f'{summary[k]:.2f}' for k in sorted(summary)
+                        if k.startswith('accuracy/'))
+  eta = (phases_end - step) / max(summary['steps_per_s'], 1e-9)
+  return (f'step {step}/{phases_end} | loss {summary["loss"]:.3f} | acc per '
+          f'head {accuracies} | lr {summary["learning_rate"]:.2e} | '
+          f'{summary["steps_per_s"]:.1f} steps/s | '
+          f'{summary["tokens_per_s"]:.0f} tok/s | phase ends in {eta:.0f}s')
+
+
+def _periodic_eval(config, graphdef, state, task, mesh, writer, step, log):
+  model = nnx.merge(graphdef, state['params'])
+  k = model.config.num_proposal_heads
+  decoders = [decode_eval.DecoderSpec()]
+  if k > 1:
+    decoders.append(decode_eval.DecoderSpec(k))
+  report = decode_eval.evaluate(
+      model, task, config.eval.split, decoders,
+      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+      num_examples=config.eval.periodic_examples, mesh=mesh, log=lambda m: None)
+  values = {'eval/bleu': report['rows'][0]['bleu']}
+  if k > 1:
+    values['eval/mean_block'] = report['rows'][1]['mean_block']
+  writer.write(step, values)
+  log(f'eval at step {step}: ' + ', '.join(f'{n} {v}'
+                                           for n, v in values.items()))
+
+
+class _MetricWriter:
+  """TensorBoard scalars (process 0 only)."""
+
+  def __init__(self, workdir):
+    self._writer = None
+    if jax.process_index() == 0:
+      import tensorboardX  # Imported here: only the writing process needs it.
+      self._writer = tensorboardX.SummaryWriter(os.path.join(workdir, 'tb'))
+
+  def write(self, step, scalars):
+    if self._writer is not None:
+      for name, value in scalars.items():
+        self._writer.add_scalar(name, value, step)
+      self._writer.flush()
+
+  def close(self):
+    if self._writer is not None:
+      self._writer.close()

@@ -1,0 +1,62 @@
+"""Tasks: the embedded one and plain parallel text."""
+
+import ml_collections
+import pytest
+
+from bpd_jax.data import tasks
+from bpd_jax.data import vocab as vocab_lib
+
+
+def test_embedded_task():
+  config = ml_collections.ConfigDict(dict(
+      name='embedded', sizes=dict(train=50, validation=5)))
+  task = tasks.load_task(config, '/nonexistent')
+  assert len(task.pairs('train')) == 50 and len(task.pairs('validation')) == 5
+  source, target = task.encoded('train')[0]
+  assert source[-1] == target[-1] == vocab_lib.EOS_ID
+  assert vocab_lib.UNK_ID not in source + target
+  with pytest.raises(ValueError, match="split 'test' is not one of"):
+    task.pairs('test')
+
+
+def parallel_config(tmp_path, **overrides):
+  for split in ('train', 'val'):
+    (tmp_path / f'{split}.en').write_text(
+        ''.join(f'a dog number {i} .\n' for i in range(40)))
+    (tmp_path / f'{split}.de').write_text(
+        ''.join(f'ein hund nummer {i} .\n' for i in range(40)))
+  return ml_collections.ConfigDict({**dict(
+      name='parallel_text', data_dir=str(tmp_path), source_lang='en',
+      target_lang='de', splits=dict(train='train', validation='val'),
+      train_limit=0, vocab_type='sentencepiece', vocab_size=40), **overrides})
+
+
+def test_parallel_text_with_sentencepiece_saved_in_workdir(tmp_path):
+  workdir = tmp_path / 'work'
+  task = tasks.load_task(parallel_config(tmp_path), str(workdir))
+  assert (workdir / 'vocab.model').exists()
+  assert len(task.pairs('validation')) == 40
+  source, _ = task.encoded('train')[3]
+  assert task.vocab.decode(source) == 'a dog number 3 .'
+  # Reused on resume, not retrained.
+  mtime = (workdir / 'vocab.model').stat().st_mtime_ns
+  tasks.load_task(parallel_config(tmp_path), str(workdir))
+  assert (workdir / 'vocab.model').stat().st_mtime_ns == mtime
+
+
+def test_parallel_text_with_words_and_limit(tmp_path):
+  task = tasks.load_task(parallel_config(tmp_path, vocab_type='words',
+                                         train_limit=10), str(tmp_path))
+  assert len(task.pairs('train')) == 10
+  assert isinstance(task.vocab, vocab_lib.WordVocabulary)
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(name='wmt'), "task.name='wmt' is not one of"),
+    (dict(vocab_type='bpe'), "task.vocab_type='bpe' is not one of"),
+    (dict(splits=dict(validation='val')), 'needs a "train" entry'),
+    (dict(data_dir='/nonexistent'), 'train.en not found'),
+])
+def test_errors(tmp_path, overrides, message):
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
+    tasks.load_task(parallel_config(tmp_path, **overrides), str(tmp_path))

@@ -1,0 +1,52 @@
+"""Decoder comparison on an eval split."""
+
+import pytest
+from flax import nnx
+
+from bpd_jax import decode_eval
+from bpd_jax import train
+from bpd_jax.data import tasks
+
+from train_configs import tiny_config
+
+
+def setup():
+  config = tiny_config()
+  task = tasks.load_task(config.task, '/nonexistent')
+  model = train.Transformer(
+      train.model_config_from(config, task.vocab.vocab_size),
+      rngs=nnx.Rngs(0))
+  return config, model, task
+
+
+def test_rows_for_every_decoder_and_exact_equals_greedy():
+  config, model, task = setup()
+  decoders = decode_eval.decoders_from_config(config.eval)
+  assert [d.name for d in decoders] == ['greedy', 'blockwise k=2',
+                                        'blockwise k=3']
+  report = decode_eval.evaluate(model, task, 'validation', decoders,
+                                batch_size=3, max_len=10, log=lambda _: None)
+  assert report['examples'] == 8 and report['truncated_sources'] == 0
+  assert report['bleu_signature'].startswith('nrefs:1')
+  rows = report['rows']
+  assert [r['decoder'] for r in rows] == [d.name for d in decoders]
+  for row in rows:
+    assert row['identical_to_greedy'] == 1.0
+    assert row['bleu'] == rows[0]['bleu']
+    assert row['mean_block'] >= 1.0
+  assert rows[0]['speedup'] == 1.0
+
+
+def test_greedy_comes_first():
+  config, model, task = setup()
+  with pytest.raises(ValueError, match='the first decoder must be greedy'):
+    decode_eval.evaluate(model, task, 'validation',
+                         [decode_eval.DecoderSpec(2)], batch_size=2,
+                         max_len=5)
+
+
+def test_bleu():
+  score, signature = decode_eval.bleu(['a small cat .'], ['a small cat .'])
+  assert score == pytest.approx(100.0) and 'tok:13a' in signature
+  assert decode_eval.DecoderSpec(4, 'top-k:2', 2).name == (
+      'blockwise k=4 top-k:2 l=2')

@@ -1,0 +1,73 @@
+"""Losses: per-head targets, the mean loss and the random-head estimate."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bpd_jax import losses
+from bpd_jax.models import Transformer, TransformerConfig
+
+
+def test_shift_right_and_shifted_targets():
+  target = jnp.array([[5, 6, 7, 1, 0]])
+  np.testing.assert_array_equal(losses.shift_right(target, 2),
+                                [[2, 5, 6, 7, 1]])
+  labels = losses.shifted_targets(target, 1, 2)
+  np.testing.assert_array_equal(labels[0, :, 0], [6, 7, 1, 0, 0])  # Head 2.
+  np.testing.assert_array_equal(labels[0, :, 1], [7, 1, 0, 0, 0])  # Head 3.
+
+
+def setup():
+  config = TransformerConfig.from_size('tiny', vocab_size=12,
+                                       num_proposal_heads=4)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  batch = dict(source=jnp.array([[5, 6, 7, 1], [8, 1, 0, 0]]),
+               target=jnp.array([[9, 10, 11, 4, 1], [6, 1, 0, 0, 0]]))
+  return model, batch
+
+
+def loss(model, batch, first, count, random_head=False, head_key=None):
+  return losses.heads_loss(
+      model, batch, first=first, count=count, label_smoothing=0.1,
+      random_head=random_head, dropout_key=None,
+      head_key=head_key if head_key is not None else jax.random.key(0))
+
+
+def test_mean_loss_is_mean_of_single_head_losses():
+  model, batch = setup()
+  mean, metrics = loss(model, batch, 1, 3)
+  singles = [float(loss(model, batch, h, 1)[0]) for h in (1, 2, 3)]
+  np.testing.assert_allclose(float(mean), np.mean(singles), rtol=1e-6)
+  # Per-head metrics land at each head's index; head 1 was not trained.
+  assert metrics['tokens'][0] == 0 and (metrics['tokens'][1:] > 0).all()
+  # Head h has fewer labels: targets run out h - 1 positions earlier.
+  assert metrics['tokens'][1] > metrics['tokens'][3]
+
+
+def test_random_head_loss_is_an_unbiased_estimate():
+  model, batch = setup()
+  mean, _ = loss(model, batch, 1, 3)
+  singles = {round(float(loss(model, batch, h, 1)[0]), 5) for h in (1, 2, 3)}
+  draws = [loss(model, batch, 1, 3, True, jax.random.key(i))
+           for i in range(60)]
+  # Each draw is exactly one head's loss, the heads drawn uniformly ...
+  values = [round(float(value), 5) for value, _ in draws]
+  assert set(values) <= singles and len(set(values)) == 3
+  drawn = [int(np.flatnonzero(m['tokens'])[0]) for _, m in draws]
+  assert min(np.bincount(drawn)[1:]) >= 10
+  # ... so the expectation over the draw is the mean loss: averaged over the
+  # three heads with equal weight it is exactly the mean.
+  np.testing.assert_allclose(np.mean(sorted(singles)), float(mean),
+                             rtol=1e-5)
+
+
+def test_dropout_key_changes_the_loss_only_when_given():
+  model, batch = setup()
+  plain = loss(model, batch, 0, 1)[0]
+  np.testing.assert_array_equal(plain, loss(model, batch, 0, 1)[0])
+  dropped = losses.heads_loss(model, batch, first=0, count=1,
+                              label_smoothing=0.1, random_head=False,
+                              dropout_key=jax.random.key(3),
+                              head_key=jax.random.key(0))[0]
+  assert float(dropped) != float(plain)

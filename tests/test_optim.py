@@ -1,0 +1,46 @@
+"""The learning-rate schedule and the optimizer chain."""
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from bpd_jax import optim
+
+
+def test_rsqrt_schedule():
+  schedule = optim.rsqrt_schedule(1e-3, 100)
+  np.testing.assert_allclose(schedule(0), 1e-5, rtol=1e-5)  # Step 1 of 100.
+  np.testing.assert_allclose(schedule(99), 1e-3, rtol=1e-5)  # The peak.
+  np.testing.assert_allclose(schedule(399), 5e-4, rtol=1e-5)  # sqrt(100/400).
+  with pytest.raises(ValueError, match='warmup_steps=0'):
+    optim.rsqrt_schedule(1e-3, 0)
+
+
+def config(**overrides):
+  return ml_collections.ConfigDict({**dict(
+      learning_rate=0.1, warmup_steps=1, clip_norm=1.0, grad_accum_steps=1),
+      **overrides})
+
+
+def test_clipping_bounds_the_first_update():
+  tx = optim.make_optimizer(config())
+  params = {'w': jnp.zeros(3)}
+  updates, _ = tx.update({'w': jnp.array([300.0, 400.0, 0.0])},
+                         tx.init(params), params)
+  # Adam's first step is lr * sign(g) whatever the scale; clipping must not
+  # break that, and the zero gradient stays zero.
+  np.testing.assert_allclose(updates['w'], [-0.1, -0.1, 0.0], atol=1e-6)
+
+
+def test_gradient_accumulation_updates_every_k_steps():
+  tx = optim.make_optimizer(config(grad_accum_steps=3))
+  params = {'w': jnp.zeros(2)}
+  state = tx.init(params)
+  moved = []
+  for _ in range(6):
+    updates, state = tx.update({'w': jnp.ones(2)}, state, params)
+    params = optax.apply_updates(params, updates)
+    moved.append(bool(jnp.any(updates['w'] != 0)))
+  assert moved == [False, False, True, False, False, True]

@@ -1,0 +1,31 @@
+"""A tiny training config for tests: seconds per run on a CPU."""
+
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def demo_config(arg=None):
+  """configs/demo.py's get_config(arg), loaded as config_flags loads it."""
+  spec = importlib.util.spec_from_file_location(
+      'demo_config', os.path.join(ROOT, 'configs', 'demo.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def tiny_config(**sections):
+  """The demo config shrunk; `sections` maps 'train' etc. to field dicts."""
+  config = demo_config()
+  config.task.sizes = dict(train=400, validation=8)
+  config.model.update(d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1,
+                      num_decoder_layers=1, num_proposal_heads=3,
+                      head_hidden=32)
+  config.train.update(batch_size=16, base_steps=12, head_steps=8,
+                      warmup_steps=5, log_every=4, checkpoint_every=6)
+  config.mesh.shape = (1,)
+  config.eval.update(num_examples=8, batch_size=4, ks=(2, 3), max_len=26)
+  for section, fields in sections.items():
+    config[section].update(fields)
+  return config
