@@ -89,9 +89,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   if not decoders or decoders[0].k:
     raise ValueError('the first decoder must be greedy (k=0).')
   pairs = task.pairs(split)[:num_examples or None]
-  encoded = [task.vocab.encode(source) + [1] for source, _ in pairs]
-  sources, truncated = batching.truncate(encoded,
-                                         model.config.max_source_len)
+  sources, truncated = task.sources(split, model.config.max_source_len,
+                                    num_examples)
   if truncated:
     log(f'warning: {truncated} of {len(sources)} {split} sources exceed '
         f'max_source_len={model.config.max_source_len} and were cut.')

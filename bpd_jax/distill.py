@@ -36,9 +36,7 @@ def distill(config, workdir: str, output_dir: str, log=print) -> dict:
   model, task = train.restore_model(config, workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   pairs = task.pairs('train')
-  encoded = [task.vocab.encode(source) + [1] for source, _ in pairs]
-  sources, truncated = batching.truncate(encoded,
-                                         model.config.max_source_len)
+  sources, truncated = task.sources('train', model.config.max_source_len)
   if truncated:
     log(f'warning: {truncated} training sources exceed max_source_len='
         f'{model.config.max_source_len} and were cut before decoding.')

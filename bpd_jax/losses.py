@@ -41,9 +41,25 @@ def token_losses(logits: jax.Array, labels: jax.Array,
   return optax.softmax_cross_entropy(logits.astype(jnp.float32), targets)
 
 
+def head_weights(first: int, count: int, head1_weight: float) -> jax.Array:
+  """[count] weights of the trained heads in the loss; they sum to 1.
+
+  Equal weights, unless head 1 (the scoring model) is among the trained
+  heads and `head1_weight` > 0: then head 1 gets that weight and the others
+  share the rest. Fine-tuning the whole model on the plain mean gives head 1
+  a 1/k share, and the base model's own quality drops.
+  """
+  weights = jnp.full((count,), 1.0 / count)
+  if first == 0 and count > 1 and head1_weight > 0:
+    weights = jnp.full((count,), (1.0 - head1_weight) / (count - 1))
+    weights = weights.at[0].set(head1_weight)
+  return weights
+
+
 def heads_loss(model, batch: dict, *, first: int, count: int,
                label_smoothing: float, random_head: bool,
-               dropout_key: jax.Array, head_key: jax.Array):
+               dropout_key: jax.Array, head_key: jax.Array,
+               head1_weight: float = 0.0):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -52,9 +68,11 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     first: 0-based index of the first trained head.
     count: number of trained heads.
     label_smoothing: mass spread over the vocabulary (0.1 in the paper).
-    random_head: train one head drawn uniformly (else the mean over heads).
+    random_head: train one head drawn at random with the heads' weights
+      (an unbiased estimate of the weighted mean), else the weighted mean.
     dropout_key: randomness of dropout (None: no dropout).
     head_key: randomness of the head draw.
+    head1_weight: see `head_weights` (0: all heads weigh the same).
 
   Returns:
     (loss, metrics) where metrics holds per-head sums over the batch, each
@@ -67,12 +85,14 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                  dropout_rngs=rngs)
   states = model.heads(hidden, first, count)  # [batch, T, count, d_model]
   labels = shifted_targets(target, first, count, model.config.pad_id)
+  weights = head_weights(first, count, head1_weight)
   if random_head:
     # Only the drawn head goes through the vocabulary projection.
-    drawn = jax.random.randint(head_key, (), 0, count)
+    drawn = jax.random.choice(head_key, count, p=weights)
     states = jnp.take(states, drawn[None], axis=2)
     labels = jnp.take(labels, drawn[None], axis=2)
     heads = first + drawn[None]
+    weights = jnp.ones((1,))
   else:
     heads = first + jnp.arange(count)
   logits = model.logits(states)  # [batch, T, heads, vocab]
@@ -85,4 +105,4 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   metrics = dict(loss_sum=scatter(losses.sum((0, 1))),
                  correct=scatter(correct.sum((0, 1))),
                  tokens=scatter(mask.sum((0, 1))))
-  return per_head_loss.mean(), metrics
+  return (per_head_loss * weights).sum(), metrics

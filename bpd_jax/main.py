@@ -30,7 +30,11 @@ def main(argv):
   config = _CONFIG.value
   config_checks.check(config)
   distributed.initialize()
-  model, task = train.train(config, _WORKDIR.value)
+  try:
+    model, task = train.train(config, _WORKDIR.value)
+  except train.Preempted as preempted:
+    print(preempted)  # Saved; the rerun resumes. Not an error.
+    return
   if config.eval.after_training:
     decode_eval.report(config, _WORKDIR.value, model, task)
 

@@ -4,8 +4,9 @@ A run has up to two phases, in one step count and one checkpoint sequence:
 - 'base' (train.base_steps): the whole model on the next-token loss.
 - 'heads' (train.head_steps): the proposal heads, on a frozen base
   (train.freeze_base; the base parameters stay bit-identical) or with the
-  whole model fine-tuned, on the mean loss of the heads or on one head drawn
-  at random each step (train.random_head).
+  whole model fine-tuned, on the mean loss of the heads (head 1 weighted by
+  train.head1_weight when fine-tuning) or on one head drawn at random each
+  step (train.random_head).
 So `base_steps > 0, head_steps = 0` trains a base model (k = 1);
 `base_steps = 0` with `train.init_from` trains heads on a base taken from
 another run's checkpoint; both > 0 does base then heads (the demo).
@@ -43,7 +44,7 @@ HEADS = nnx.PathContains('heads')
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-  """Steps [start, end) training the parameters `trainable` selects."""
+  """Steps [start, end) of a run, and what they train."""
   name: str
   start: int
   end: int
@@ -104,7 +105,7 @@ def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
           model, batch, first=phase.first_head, count=phase.num_heads,
           label_smoothing=train_config.label_smoothing,
           random_head=train_config.random_head, dropout_key=dropout_key,
-          head_key=head_key)
+          head_key=head_key, head1_weight=train_config.head1_weight)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)
@@ -136,6 +137,10 @@ class _Preemption:
 
 class NonFiniteLoss(FloatingPointError):
   """The loss became NaN or infinite."""
+
+
+class Preempted(Exception):
+  """SIGTERM arrived; the state was saved. Rerun the job to resume."""
 
 
 def params_from_checkpoint(params: nnx.State, directory: str,
@@ -187,6 +192,10 @@ def train(config, workdir: str, log=print):
   """Trains as `config` says, resuming from `workdir`; returns (model, task).
 
   The model returned has the final parameters (on the run's mesh).
+
+  Raises:
+    Preempted: SIGTERM arrived and the state was saved.
+    NonFiniteLoss: the loss became NaN or infinite.
   """
   train_config = config.train
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
@@ -277,14 +286,16 @@ def train(config, workdir: str, log=print):
                                state_shardings(following)[0])
       checkpoints.save(step, state)
       if preemption.requested:
-        log(f'Preempted: saved step {step}; rerun the same command to '
-            f'resume.')
         break
   finally:
     checkpoints.wait()
     checkpoints.close()
     preemption.restore()
     writer.close()
+  if preemption.requested:
+    raise Preempted(f'preempted: saved step {step} in '
+                    f'{checkpoints.directory}; rerun the same command to '
+                    f'resume.')
   return nnx.merge(graphdef, state['params']), task
 
 
@@ -321,7 +332,8 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
       sums, window_start, window_steps = None, time.perf_counter(), 0
     if save:
       checkpoints.save(step, state)
-    if config.eval.every and step % config.eval.every == 0 and not at_end:
+    if (config.eval.every and step % config.eval.every == 0
+        and not preemption.requested):
       _periodic_eval(config, graphdef, state, task, mesh, writer, step, log)
   return state, step
 
@@ -345,11 +357,11 @@ def _summarize(sums, steps, elapsed, train_config, phase, step) -> dict:
   return summary
 
 
-def _progress_line(summary, step, phases_end) -> str:
+def _progress_line(summary, step, phase_end) -> str:
   accuracies = ' '.join(f'{summary[k]:.2f}' for k in sorted(summary)
                         if k.startswith('accuracy/'))
-  eta = (phases_end - step) / max(summary['steps_per_s'], 1e-9)
-  return (f'step {step}/{phases_end} | loss {summary["loss"]:.3f} | acc per '
+  eta = (phase_end - step) / max(summary['steps_per_s'], 1e-9)
+  return (f'step {step}/{phase_end} | loss {summary["loss"]:.3f} | acc per '
           f'head {accuracies} | lr {summary["learning_rate"]:.2e} | '
           f'{summary["steps_per_s"]:.1f} steps/s | '
           f'{summary["tokens_per_s"]:.0f} tok/s | phase ends in {eta:.0f}s')

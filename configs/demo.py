@@ -64,9 +64,10 @@ def get_config(arg=None):
 
   config.train = train = ml_collections.ConfigDict()
   train.batch_size = 64  # Sentence pairs a step, over all devices.
-  train.base_steps = 100 if quick else 2500  # Phase 'base': the whole model.
-  train.head_steps = 50 if quick else 1500  # Phase 'heads': the proposal heads.
-  train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
+  train.base_steps = 100 if quick else 1500  # Phase 'base': the whole model.
+  train.head_steps = 50 if quick else 2000  # Phase 'heads': heads (+ base).
+  train.freeze_base = False  # Fine-tune all (the paper's longer blocks); True: frozen.
+  train.head1_weight = 0.5  # Head 1's share of a fine-tuning loss (0: 1/k).
   train.random_head = False  # One random head a step (True) or the mean of all.
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 2e-3  # Peak learning rate, reached after warm-up.

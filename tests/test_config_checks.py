@@ -18,6 +18,7 @@ def test_demo_configs_pass():
     ('train', 'learning_rate', 0.0, 'train.learning_rate=0.0 must be > 0'),
     ('train', 'label_smoothing', 1.0, r'train.label_smoothing=1.0 must be in'),
     ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be >= 0'),
+    ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be in'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
     ('eval', 'ks', (2, 9), r'eval.ks: k=9 must be an integer in \[1, 8\]'),
     ('eval', 'min_block', 3, r'eval.min_block=3 must be in \[1, 2\]'),

@@ -71,3 +71,25 @@ def test_dropout_key_changes_the_loss_only_when_given():
                               dropout_key=jax.random.key(3),
                               head_key=jax.random.key(0))[0]
   assert float(dropped) != float(plain)
+
+
+def test_head1_weight_in_fine_tuning():
+  model, batch = setup()
+  singles = [float(loss(model, batch, h, 1)[0]) for h in range(4)]
+  weighted, _ = losses.heads_loss(
+      model, batch, first=0, count=4, label_smoothing=0.1, random_head=False,
+      dropout_key=None, head_key=jax.random.key(0), head1_weight=0.7)
+  np.testing.assert_allclose(
+      float(weighted), 0.7 * singles[0] + 0.3 * np.mean(singles[1:]),
+      rtol=1e-5)
+  np.testing.assert_allclose(losses.head_weights(0, 4, 0.7),
+                             [0.7, 0.1, 0.1, 0.1], rtol=1e-6)
+  # Without head 1 among the trained heads the weight does not apply.
+  np.testing.assert_allclose(losses.head_weights(1, 3, 0.7), [1 / 3] * 3)
+  # Random draws follow the weights: head 1 in ~70% of them.
+  draws = [losses.heads_loss(
+      model, batch, first=0, count=4, label_smoothing=0.1, random_head=True,
+      dropout_key=None, head_key=jax.random.key(i), head1_weight=0.7)[1]
+           for i in range(100)]
+  head1 = sum(int(m['tokens'][0] > 0) for m in draws)
+  assert 55 <= head1 <= 85

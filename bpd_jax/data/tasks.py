@@ -13,6 +13,7 @@ import os
 
 from absl import logging
 
+from bpd_jax.data import batching
 from bpd_jax.data import embedded
 from bpd_jax.data import text
 from bpd_jax.data import vocab as vocab_lib
@@ -37,6 +38,19 @@ class Task:
     eos = [vocab_lib.EOS_ID]
     return [(self.vocab.encode(s) + eos, self.vocab.encode(t) + eos)
             for s, t in self.pairs(split)]
+
+  def sources(self, split: str, max_len: int,
+              limit: int = 0) -> tuple[list[list[int]], int]:
+    """Eos-ended source ids to decode, cut to max_len; and how many were cut.
+
+    Args:
+      split: split name.
+      max_len: the model's max_source_len.
+      limit: the first this many sentences (0: all).
+    """
+    pairs = self.pairs(split)[:limit or None]
+    return batching.truncate(
+        [self.vocab.encode(s) + [vocab_lib.EOS_ID] for s, _ in pairs], max_len)
 
 
 def load_task(config, workdir: str) -> Task:
