@@ -1,6 +1,5 @@
 """Orbax checkpoints: round trip, keep N, params of another run."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ of the scoring model (top-2 margin below NEAR_TIE) rather than loosening the
 comparison. The models run in float64, where such ties are vanishingly rare.
 """
 
-import dataclasses
 
 import hypothesis
 import hypothesis.strategies as st
@@ -19,7 +18,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax import generate
-from bpd_jax.decoding import Distance, Exact, TopK
+from bpd_jax.decoding import Distance, TopK
 from bpd_jax.models import Transformer, TransformerConfig
 
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.

@@ -1,6 +1,5 @@
 """Mesh, parameter rules, per-process batches."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """Transformer: cached decoding equals the full forward pass; config checks."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp

@@ -3,3 +3,5 @@
 from bpd_jax.models.heads import ProposalHeads
 from bpd_jax.models.transformer import (DecodeCache, Transformer,
                                         TransformerConfig)
+
+__all__ = ['DecodeCache', 'ProposalHeads', 'Transformer', 'TransformerConfig']
