@@ -5,8 +5,8 @@ must be, so a typo in a sweep fails in a second rather than after training.
 """
 
 from bpd_jax import decoding
+from bpd_jax import train as train_lib
 from bpd_jax.data import tasks
-from bpd_jax.models import TransformerConfig
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
 
@@ -17,7 +17,8 @@ def check(config) -> None:
     if section not in config:
       raise ValueError(f'the config has no {section!r} section.')
   _check_task(config.task)
-  model = _model_config(config.model)
+  # The vocabulary size comes from the task; any valid value checks the rest.
+  model = train_lib.model_config_from(config, vocab_size=1024)
   train, ev = config.train, config.eval
   _at_least(train, 'train', batch_size=1, base_steps=0, head_steps=0,
             warmup_steps=1, grad_accum_steps=1, log_every=1,
@@ -66,13 +67,6 @@ def _check_task(task) -> None:
                        f'{tasks.VOCAB_TYPES}.')
     if 'train' not in task.splits:
       raise ValueError(f'task.splits={dict(task.splits)} needs "train".')
-
-
-def _model_config(model) -> TransformerConfig:
-  fields = dict(model)
-  size = fields.pop('size')
-  # The vocabulary size comes from the task; any valid value checks the rest.
-  return TransformerConfig.from_size(size, vocab_size=1024, **fields)
 
 
 def _at_least(section, name, **minimums) -> None:

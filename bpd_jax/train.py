@@ -84,10 +84,9 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 
 def model_config_from(config, vocab_size: int) -> TransformerConfig:
-  """The TransformerConfig of a config's `model` section."""
-  fields = dict(config.model)
-  size = fields.pop('size')
-  return TransformerConfig.from_size(size, vocab_size=vocab_size, **fields)
+  """The TransformerConfig of a config's `model` section (validated)."""
+  return TransformerConfig.from_size(**dict(config.model),
+                                     vocab_size=vocab_size)
 
 
 def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):

@@ -47,6 +47,12 @@ def decode(mode, k, max_len, criterion=Exact(), min_block=1,
   return run(cache, prompt, jnp.asarray(lengths, jnp.int32))
 
 
+def greedy_reference(i, max_len):
+  """Plain-Python greedy output of example i of the batch."""
+  return fake_model.reference_greedy(PROMPT[i][:LENGTHS[i]], EOS_POSITION[i],
+                                     max_len)
+
+
 def check_against_reference(result, mode, k, max_len, accepts, min_block=1):
   for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
     tokens, calls, appended = fake_model.reference_blockwise(
@@ -65,9 +71,8 @@ def check_against_reference(result, mode, k, max_len, accepts, min_block=1):
 def test_oracle_heads_take_one_call_per_block(k):
   max_len = 40
   result = decode('oracle', k, max_len)
-  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
-    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
-                                           max_len)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
     m = len(expected)
     np.testing.assert_array_equal(result.tokens[i, :m], expected)
     assert result.lengths[i] == m
@@ -80,9 +85,8 @@ def test_oracle_heads_take_one_call_per_block(k):
 def test_wrong_heads_cost_no_more_calls_than_greedy(k):
   max_len = 25
   result = decode('wrong', k, max_len)
-  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
-    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
-                                           max_len)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
     np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
     assert result.model_calls[i] == len(expected)  # Greedy's count.
     assert result.block_sizes[i, 1] == len(expected)
@@ -95,9 +99,8 @@ def test_partly_right_heads_match_reference(k, right, max_len):
   result = decode(mode, k, max_len)
   check_against_reference(result, mode, k, max_len, CRITERIA['exact'][1])
   # Exact verification: the greedy output whatever the heads say.
-  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
-    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
-                                           max_len)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
     np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
   # Heads 2..right+1 are right: right + 1 tokens a call, until the end.
   assert (result.block_sizes[:, right + 2:] == 0).all()
@@ -141,9 +144,8 @@ def test_min_block_appends_at_least_l_tokens_per_call():
 
 def test_k1_is_greedy():
   result = decode('oracle', 1, 20)
-  for i, (prompt, length) in enumerate(zip(PROMPT, LENGTHS)):
-    expected = fake_model.reference_greedy(prompt[:length], EOS_POSITION[i],
-                                           20)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, 20)
     np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
     assert result.model_calls[i] == len(expected)
 
