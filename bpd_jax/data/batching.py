@@ -9,7 +9,8 @@ checkpoint. Each process takes its own contiguous share of the global batch
 """
 
 import dataclasses
-from typing import Iterator, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -114,3 +115,202 @@ def truncate(sources: Sequence[Sequence[int]],
       source, cut = list(source[:max_len - 1]) + [vocab_lib.EOS_ID], cut + 1
     out.append(list(source))
   return out, cut
+
+
+class EncodedPairs(Sequence):
+  """Encoded (source, target) pairs in flat arrays: compact for millions.
+
+  A list of Python int lists costs ~30 bytes a token; these arrays cost 4,
+  so a host's shard of WMT14 (4.5M pairs / hosts) fits in memory.
+  """
+
+  def __init__(self, sources: np.ndarray, source_ends: np.ndarray,
+               targets: np.ndarray, target_ends: np.ndarray):
+    self.sources, self.source_ends = sources, source_ends
+    self.targets, self.target_ends = targets, target_ends
+
+  @classmethod
+  def from_pairs(cls, pairs: Iterable[Example]) -> 'EncodedPairs':
+    pairs = list(pairs)
+    ends = lambda side: np.cumsum([len(p[side]) for p in pairs], dtype=np.int64)
+    flat = lambda side: np.fromiter(
+        (token for p in pairs for token in p[side]), np.int32)
+    return cls(flat(0), ends(0), flat(1), ends(1))
+
+  @classmethod
+  def concatenate(cls, parts: Sequence['EncodedPairs']) -> 'EncodedPairs':
+    def joined(flat, ends):
+      offsets = np.cumsum([0] + [len(getattr(p, flat)) for p in parts[:-1]])
+      return (np.concatenate([getattr(p, flat) for p in parts]).astype(
+                  np.int32),
+              np.concatenate([getattr(p, ends) + offset
+                              for p, offset in zip(parts, offsets)]).astype(
+                                  np.int64))
+    if not parts:
+      return cls.from_pairs([])
+    return cls(*joined('sources', 'source_ends'),
+               *joined('targets', 'target_ends'))
+
+  @classmethod
+  def load(cls, path: str) -> 'EncodedPairs':
+    with np.load(path) as arrays:
+      return cls(*(arrays[name] for name in _ENCODED_FIELDS))
+
+  def save(self, path: str) -> None:
+    """Writes an .npz atomically (a temporary name, then a rename)."""
+    partial = path + '.partial.npz'
+    np.savez(partial, **{name: getattr(self, name)
+                         for name in _ENCODED_FIELDS})
+    os.replace(partial, path)
+
+  def __len__(self) -> int:
+    return len(self.source_ends)
+
+  def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def row(flat, ends):
+      return flat[ends[index - 1] if index else 0:ends[index]]
+    return (row(self.sources, self.source_ends),
+            row(self.targets, self.target_ends))
+
+  def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    """[len(self)] source and target lengths."""
+    return (np.diff(self.source_ends, prepend=0),
+            np.diff(self.target_ends, prepend=0))
+
+
+_ENCODED_FIELDS = ('sources', 'source_ends', 'targets', 'target_ends')
+# Steps whose buckets are drawn together; see BucketedBatches._bucket_of.
+_DRAW_CHUNK = 4096
+
+
+class BucketedBatches:
+  """Endless training batches of about `tokens_per_batch` tokens, by length.
+
+  An example belongs to the first bucket whose length L fits both its source
+  and target; a batch holds examples of one bucket, padded to L, so a batch
+  of short sentences has many rows and one of long sentences few, and little
+  of either is padding. The global batch of bucket L has
+  `tokens_per_batch // L` rows, rounded down to a multiple of `row_multiple`
+  (at least one multiple). Each bucket has its own shape, so the train step
+  compiles once per bucket.
+
+  The bucket of step s comes from a seeded draw per step, weighted by the
+  number of batches a bucket holds in an epoch (all buckets are used up at
+  the same rate); within a bucket the examples follow a seeded permutation
+  per bucket epoch. So the batch of step s is a function of (seed, s) and
+  of every process's bucket counts: a resumed run reads the same batches,
+  and all processes draw the same bucket at each step (their shards differ,
+  the draw does not). Each process builds batches from its own shard only;
+  a bucket empty in some process's shard is never drawn.
+  """
+
+  def __init__(self, examples: Sequence[Example], boundaries: Sequence[int],
+               tokens_per_batch: int, max_source_len: int,
+               max_target_len: int, seed: int, row_multiple: int = 1,
+               process_index: int = 0, process_count: int = 1,
+               all_counts=None):
+    """Groups this process's examples into buckets.
+
+    Args:
+      examples: this process's shard of encoded pairs (eos-ended).
+      boundaries: bucket lengths, ascending. Pairs longer than the last, or
+        than max_source_len / max_target_len, are dropped.
+      tokens_per_batch: global tokens per batch (rows x bucket length).
+      max_source_len: source padding length at most (rows are padded to
+        min(L, max_source_len)).
+      max_target_len: target padding length at most.
+      seed: shuffling seed.
+      row_multiple: global rows are a multiple of this (the devices of the
+        data axis); must be a multiple of process_count.
+      process_index: this process's index (jax.process_index()).
+      process_count: number of processes (jax.process_count()).
+      all_counts: maps this process's bucket sizes [buckets] to every
+        process's [process_count, buckets] (multihost_utils.
+        process_allgather); None on one process.
+    """
+    boundaries = [int(b) for b in boundaries]
+    if not boundaries or boundaries != sorted(set(boundaries)) or \
+        boundaries[0] < 1:
+      raise ValueError(f'bucket boundaries {boundaries} must be positive and '
+                       f'strictly ascending.')
+    if tokens_per_batch < 1:
+      raise ValueError(f'tokens_per_batch={tokens_per_batch} must be >= 1.')
+    if row_multiple < 1 or row_multiple % process_count:
+      raise ValueError(f'row_multiple={row_multiple} must be a positive '
+                       f'multiple of the {process_count} processes.')
+    self.boundaries, self.seed = boundaries, seed
+    self.max_source_len, self.max_target_len = max_source_len, max_target_len
+    self.process_count = process_count
+    self.examples = examples
+    if hasattr(examples, 'lengths'):
+      source_lengths, target_lengths = examples.lengths()
+    else:
+      source_lengths = np.array([len(s) for s, _ in examples], np.int64)
+      target_lengths = np.array([len(t) for _, t in examples], np.int64)
+    fits = (source_lengths <= max_source_len) & (
+        target_lengths <= max_target_len)
+    bucket = np.searchsorted(boundaries,
+                             np.maximum(source_lengths, target_lengths))
+    bucket = np.where(fits, bucket, len(boundaries))  # Past the end: dropped.
+    self.dropped = int((bucket == len(boundaries)).sum())
+    self.members = [np.flatnonzero(bucket == b)
+                    for b in range(len(boundaries))]
+    self.rows = [max(1, tokens_per_batch // length // row_multiple) *
+                 row_multiple for length in boundaries]
+    counts = np.array([len(m) for m in self.members], np.int64)
+    everyone = (counts[None] if all_counts is None
+                else np.asarray(all_counts(counts)).reshape(process_count, -1))
+    usable = (everyone > 0).all(axis=0)
+    if not usable.any():
+      raise ValueError(
+          f'no bucket has training examples in every process\'s shard '
+          f'(bucket sizes per process: {everyone.tolist()}; boundaries '
+          f'{boundaries}, max_source_len={max_source_len}, max_target_len='
+          f'{max_target_len}).')
+    batches_per_epoch = everyone.sum(axis=0) / np.array(self.rows)
+    weights = np.where(usable, batches_per_epoch, 0.0)
+    self.probabilities = weights / weights.sum()
+    self._draws, self._counts_before = [], [np.zeros(len(boundaries),
+                                                     np.int64)]
+    self._orders = {}
+
+  def _bucket_of(self, step: int) -> tuple[int, int]:
+    """(bucket of `step`, how many earlier steps drew that bucket)."""
+    chunk, offset = divmod(step, _DRAW_CHUNK)
+    while len(self._draws) <= chunk:
+      rng = np.random.default_rng([self.seed, 1, len(self._draws)])
+      draws = rng.choice(len(self.boundaries), _DRAW_CHUNK,
+                         p=self.probabilities)
+      self._draws.append(draws)
+      self._counts_before.append(self._counts_before[-1] + np.bincount(
+          draws, minlength=len(self.boundaries)))
+    draws = self._draws[chunk]
+    bucket = int(draws[offset])
+    earlier = self._counts_before[chunk][bucket] + int(
+        (draws[:offset] == bucket).sum())
+    return bucket, int(earlier)
+
+  def _member(self, bucket: int, position: int) -> int:
+    members = self.members[bucket]
+    epoch, index = divmod(position, len(members))
+    if self._orders.get(bucket, (None,))[0] != epoch:
+      rng = np.random.default_rng([self.seed, 2, bucket, epoch])
+      self._orders[bucket] = (epoch, rng.permutation(members))
+    return int(self._orders[bucket][1][index])
+
+  def __call__(self, step: int) -> dict[str, np.ndarray]:
+    """This process's rows of the global batch of `step`.
+
+    Returns:
+      source: [rows / process_count, min(L, max_source_len)] int32.
+      target: [rows / process_count, min(L, max_target_len)] int32.
+    """
+    bucket, earlier = self._bucket_of(step)
+    local_rows = self.rows[bucket] // self.process_count
+    first = earlier * local_rows
+    rows = [self.examples[self._member(bucket, p)]
+            for p in range(first, first + local_rows)]
+    length = self.boundaries[bucket]
+    return dict(
+        source=pad_rows([s for s, _ in rows], min(length, self.max_source_len)),
+        target=pad_rows([t for _, t in rows], min(length, self.max_target_len)))
