@@ -19,6 +19,7 @@ non-finite loss stops the run without saving over the last good checkpoint.
 """
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -87,6 +88,47 @@ def model_config_from(config, vocab_size: int) -> TransformerConfig:
   """The TransformerConfig of a config's `model` section (validated)."""
   return TransformerConfig.from_size(**dict(config.model),
                                      vocab_size=vocab_size)
+
+
+def train_batches(config, task, data_devices: int, log=print):
+  """The run's training batches: step -> this process's rows.
+
+  train.tokens_per_batch > 0: batches of about that many tokens, bucketed
+  by length (train.bucket_lengths), from this process's shard of the
+  training pairs; otherwise train.batch_size pairs padded to the task's
+  max lengths.
+  """
+  train_config, task_config = config.train, config.task
+  process_index, process_count = jax.process_index(), jax.process_count()
+  tokens = train_config.get('tokens_per_batch', 0)
+  if tokens:
+    all_counts = None
+    if process_count > 1:
+      from jax.experimental import multihost_utils
+      all_counts = multihost_utils.process_allgather
+    data = batching.BucketedBatches(
+        task.train_examples(process_index, process_count),
+        train_config.bucket_lengths, tokens, task_config.max_source_len,
+        task_config.max_target_len, config.seed,
+        row_multiple=math.lcm(data_devices, process_count),
+        process_index=process_index, process_count=process_count,
+        all_counts=all_counts)
+    log('Buckets (length: global rows): ' + ', '.join(
+        f'{length}: {rows}' for length, rows in zip(data.boundaries,
+                                                    data.rows)))
+  else:
+    if train_config.batch_size % data_devices:
+      raise ValueError(f'train.batch_size={train_config.batch_size} must be '
+                       f'a multiple of the {data_devices} devices of the data '
+                       f'axis.')
+    data = batching.TrainBatches(
+        task.encoded('train'), train_config.batch_size,
+        task_config.max_source_len, task_config.max_target_len, config.seed,
+        process_index, process_count)
+  if data.dropped:
+    log(f'{data.dropped} training pairs longer than the task\'s max lengths '
+        f'were left out.')
+  return data
 
 
 def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
@@ -178,7 +220,7 @@ def params_from_checkpoint(params: nnx.State, directory: str,
 
 def restore_model(config, workdir: str):
   """(model with the latest checkpoint's parameters, task)."""
-  task = tasks.load_task(config.task, workdir)
+  task = tasks.load_task(config.task, workdir, train_vocab=False)
   model = Transformer(model_config_from(config, task.vocab.vocab_size),
                       rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model)
@@ -202,17 +244,7 @@ def train(config, workdir: str, log=print):
   task = tasks.load_task(config.task, workdir)
   model_config = model_config_from(config, task.vocab.vocab_size)
   phases = plan_phases(train_config, model_config)
-  data = batching.TrainBatches(
-      task.encoded('train'), train_config.batch_size,
-      config.task.max_source_len, config.task.max_target_len, config.seed,
-      jax.process_index(), jax.process_count())
-  if data.dropped:
-    log(f'{data.dropped} training pairs longer than the task\'s max lengths '
-        f'were left out.')
-  if train_config.batch_size % mesh.shape[config.mesh.data_axis]:
-    raise ValueError(f'train.batch_size={train_config.batch_size} must be a '
-                     f'multiple of the {mesh.shape[config.mesh.data_axis]} '
-                     f'devices of the data axis.')
+  data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)
 
   model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
   graphdef, params = nnx.split(model)

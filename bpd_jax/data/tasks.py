@@ -6,10 +6,21 @@
   Multi30k's train.en / train.de, or a distilled corpus written by
   `bpd_jax.distill`; a SentencePiece vocabulary trained on the training text
   (saved in the workdir and reused on resume), or a word vocabulary.
+- 'tfds_translation': a TFDS translation dataset, e.g. WMT14 En->De
+  (`wmt14_translate/de-en`), read by `bpd_jax.data.tfds_translation`: a
+  SentencePiece vocabulary trained on a sample of the training pairs (saved
+  in the workdir, reused on resume), each process reading and encoding only
+  its own shard of the training split.
+
+A vocabulary is trained only by the training job; the evaluate and distill
+jobs find it in the workdir (or task.vocab_path) or stop with an error.
 """
 
+import collections.abc
 import dataclasses
+import functools
 import os
+from typing import Callable
 
 from absl import logging
 
@@ -18,15 +29,51 @@ from bpd_jax.data import embedded
 from bpd_jax.data import text
 from bpd_jax.data import vocab as vocab_lib
 
-TASKS = ('embedded', 'parallel_text')
+TASKS = ('embedded', 'parallel_text', 'tfds_translation')
 VOCAB_TYPES = ('sentencepiece', 'words')
+
+
+class LazySplits(collections.abc.Mapping):
+  """{split: pairs}, each split read on first use (WMT14's train is big)."""
+
+  def __init__(self, readers: dict[str, Callable[[], list]]):
+    self._readers, self._read = readers, {}
+
+  def __getitem__(self, split):
+    if split not in self._read:
+      self._read[split] = self._readers[split]()
+    return self._read[split]
+
+  def __contains__(self, split):  # Without reading the split.
+    return split in self._readers
+
+  def __iter__(self):
+    return iter(self._readers)
+
+  def __len__(self):
+    return len(self._readers)
 
 
 @dataclasses.dataclass
 class Task:
-  """Sentence pairs by split, and the vocabulary that encodes them."""
+  """Sentence pairs by split, and the vocabulary that encodes them.
+
+  Attributes:
+    vocab: encodes every split.
+    splits: {split: (source, target) sentence pairs}.
+    train_shard: (process_index, process_count) -> that process's encoded
+      training pairs; None: every process's share of encoded('train').
+  """
   vocab: vocab_lib.Vocabulary
-  splits: dict[str, list[tuple[str, str]]]
+  splits: collections.abc.Mapping[str, list[tuple[str, str]]]
+  train_shard: Callable[[int, int], collections.abc.Sequence[
+      batching.Example]] | None = None
+
+  def train_examples(self, process_index: int = 0, process_count: int = 1):
+    """This process's share of the encoded training pairs."""
+    if self.train_shard is not None:
+      return self.train_shard(process_index, process_count)
+    return self.encoded('train')[process_index::process_count]
 
   def pairs(self, split: str) -> list[tuple[str, str]]:
     if split not in self.splits:
@@ -53,12 +100,18 @@ class Task:
         [self.vocab.encode(s) + [vocab_lib.EOS_ID] for s, _ in pairs], max_len)
 
 
-def load_task(config, workdir: str) -> Task:
+def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
   """The task a config's `task` section describes.
 
   Args:
     config: the `task` ConfigDict: name, and per task the fields below.
     workdir: where a trained vocabulary is saved (and found on resume).
+    train_vocab: train a missing SentencePiece vocabulary (the training
+      job); False: a missing one is an error (evaluation, distillation).
+
+  Raises:
+    FileNotFoundError: a data file, TFDS data dir or vocabulary is missing.
+    ValueError: a bad name, split or vocabulary type.
   """
   if config.name not in TASKS:
     raise ValueError(f'task.name={config.name!r} is not one of {TASKS}.')
@@ -66,6 +119,8 @@ def load_task(config, workdir: str) -> Task:
     splits = {split: embedded.examples(split, size)
               for split, size in config.sizes.items()}
     return Task(vocab_lib.WordVocabulary(embedded.words()), splits)
+  if config.name == 'tfds_translation':
+    return _tfds_task(config, workdir, train_vocab)
 
   if config.vocab_type not in VOCAB_TYPES:
     raise ValueError(f'task.vocab_type={config.vocab_type!r} is not one of '
@@ -84,13 +139,65 @@ def load_task(config, workdir: str) -> Task:
   if config.vocab_type == 'words':
     words = sorted({w for sentence in train_text for w in sentence.split()})
     return Task(vocab_lib.WordVocabulary(words), splits)
-  model_path = os.path.join(workdir, 'vocab.model')
-  if os.path.exists(model_path):
-    vocab = vocab_lib.SentencePieceVocabulary(model_path)
-  else:
-    logging.info('Training a %d-piece SentencePiece vocabulary on %d '
-                 'sentences -> %s', config.vocab_size, len(train_text),
-                 model_path)
-    vocab = vocab_lib.SentencePieceVocabulary.train(
-        train_text, model_path, config.vocab_size)
+  vocab = sentencepiece_vocab(config, workdir, train_vocab,
+                              lambda: train_text)
   return Task(vocab, splits)
+
+
+def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
+                        sentences: Callable[[], list[str]]):
+  """The task's SentencePiece vocabulary: found, or trained and saved.
+
+  task.vocab_path, when set, names an existing model (e.g. the vocabulary of
+  the run that wrote a distilled corpus); otherwise WORKDIR/vocab.model is
+  used, and trained on `sentences()` when missing and `train_vocab`. With
+  several processes, process 0 trains it and the others wait for it (the
+  workdir must be shared, as it is for checkpoints).
+  """
+  model_path = config.get('vocab_path') or os.path.join(workdir,
+                                                        'vocab.model')
+  if os.path.exists(model_path):
+    return vocab_lib.SentencePieceVocabulary(model_path)
+  if config.get('vocab_path') or not train_vocab:
+    raise FileNotFoundError(
+        f'vocabulary {model_path} not found: the training job writes it '
+        f'(python -m bpd_jax.main --workdir=...); task.vocab_path names '
+        f'another run\'s.')
+  import jax  # Only here: the data modules need no devices otherwise.
+  from jax.experimental import multihost_utils
+  if jax.process_index() == 0:
+    text_ = sentences()
+    logging.info('Training a %d-piece SentencePiece vocabulary on %d '
+                 'sentences -> %s', config.vocab_size, len(text_), model_path)
+    vocab_lib.SentencePieceVocabulary.train(text_, model_path,
+                                            config.vocab_size)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('bpd_jax vocabulary trained')
+  return vocab_lib.SentencePieceVocabulary(model_path)
+
+
+def _tfds_task(config, workdir: str, train_vocab: bool) -> Task:
+  from bpd_jax.data import tfds_translation  # TFDS imports only when used.
+  builder = tfds_translation.open_builder(config.dataset, config.data_dir)
+  if 'train' not in config.splits:
+    raise ValueError(f'task.splits={dict(config.splits)} needs a "train" '
+                     f'entry: the vocabulary and training pairs come from it.')
+  tfds_translation.check_splits(builder, list(config.splits.values()))
+  source = functools.partial(tfds_translation.PairSource, builder,
+                             source_lang=config.source_lang,
+                             target_lang=config.target_lang)
+  train = source(config.splits['train'])
+  vocab = sentencepiece_vocab(
+      config, workdir, train_vocab,
+      lambda: train.sample_sentences(config.vocab_sample, seed=0))
+
+  def train_shard(process_index, process_count):
+    name = config.dataset.replace('/', '_')
+    cache = os.path.join(workdir, 'data', f'{name}.{config.splits["train"]}.'
+                         f'{process_index}-of-{process_count}.npz')
+    return tfds_translation.encoded_shard(train, vocab, process_index,
+                                          process_count, cache)
+
+  readers = {split: (lambda name=name: source(name).pairs())
+             for split, name in config.splits.items()}
+  return Task(vocab, LazySplits(readers), train_shard)

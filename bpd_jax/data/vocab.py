@@ -26,6 +26,10 @@ class Vocabulary(abc.ABC):
   def encode(self, text: str) -> list[int]:
     """Token ids of a sentence, without eos."""
 
+  def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+    """encode() of each text."""
+    return [self.encode(text) for text in texts]
+
   @abc.abstractmethod
   def _decode_ids(self, ids: list[int]) -> str:
     """Text of ids that contain no special id but unk."""
@@ -101,6 +105,9 @@ class SentencePieceVocabulary(Vocabulary):
 
   def encode(self, text: str) -> list[int]:
     return self._processor.encode(text)
+
+  def encode_many(self, texts):
+    return self._processor.encode(list(texts))
 
   def _decode_ids(self, ids):
     return self._processor.decode(ids)
