@@ -16,15 +16,16 @@ def check(config) -> None:
   for section in SECTIONS:
     if section not in config:
       raise ValueError(f'the config has no {section!r} section.')
-  _check_task(config.task)
   # The vocabulary size comes from the task; any valid value checks the rest.
   model = train_lib.model_config_from(config, vocab_size=1024)
+  _check_task(config.task, model)
   train, ev = config.train, config.eval
   _at_least(train, 'train', batch_size=1, base_steps=0, head_steps=0,
             warmup_steps=1, grad_accum_steps=1, log_every=1,
             checkpoint_every=1, keep_checkpoints=1)
   _at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
             periodic_examples=1)
+  _check_buckets(config)
   if not train.learning_rate > 0:
     raise ValueError(f'train.learning_rate={train.learning_rate} must be > 0.')
   if not 0 <= train.label_smoothing < 1:
@@ -57,16 +58,51 @@ def check(config) -> None:
                      f'of mesh.axes={tuple(config.mesh.axes)}.')
 
 
-def _check_task(task) -> None:
+def _check_task(task, model) -> None:
   if task.name not in tasks.TASKS:
     raise ValueError(f'task.name={task.name!r} is not one of {tasks.TASKS}.')
   _at_least(task, 'task', max_source_len=2, max_target_len=2)
+  if not task.max_source_len <= model.max_source_len:
+    raise ValueError(f'task.max_source_len={task.max_source_len} exceeds '
+                     f'model.max_source_len={model.max_source_len}.')
+  if not task.max_target_len <= model.max_target_len:
+    raise ValueError(f'task.max_target_len={task.max_target_len} exceeds '
+                     f'model.max_target_len={model.max_target_len}.')
   if task.name == 'parallel_text':
     if task.vocab_type not in tasks.VOCAB_TYPES:
       raise ValueError(f'task.vocab_type={task.vocab_type!r} is not one of '
                        f'{tasks.VOCAB_TYPES}.')
+  if task.name in ('parallel_text', 'tfds_translation'):
     if 'train' not in task.splits:
       raise ValueError(f'task.splits={dict(task.splits)} needs "train".')
+  if task.name == 'tfds_translation':
+    if not isinstance(task.dataset, str) or task.dataset.count('/') != 1:
+      raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS '
+                       f'"name/config", e.g. "wmt14_translate/de-en".')
+    _at_least(task, 'task', vocab_size=8, vocab_sample=0)
+
+
+def _check_buckets(config) -> None:
+  """Token-count batching: train.tokens_per_batch and bucket_lengths."""
+  train, task = config.train, config.task
+  tokens = train.get('tokens_per_batch', 0)
+  if task.name == 'tfds_translation' and not tokens:
+    raise ValueError('task.name=\'tfds_translation\' reads a shard per '
+                     'process and needs token-count batches: set '
+                     'train.tokens_per_batch > 0.')
+  if not tokens:
+    return
+  _at_least(train, 'train', tokens_per_batch=1)
+  lengths = list(train.bucket_lengths)
+  if not lengths or lengths != sorted(set(lengths)) or not all(
+      isinstance(n, int) and n >= 2 for n in lengths):
+    raise ValueError(f'train.bucket_lengths={tuple(lengths)} must be '
+                     f'integers >= 2, strictly ascending.')
+  longest = max(task.max_source_len, task.max_target_len)
+  if lengths[-1] < longest:
+    raise ValueError(f'train.bucket_lengths ends at {lengths[-1]}, below the '
+                     f'task\'s longest pair ({longest} tokens): those pairs '
+                     f'would be dropped; add a bucket of {longest}.')
 
 
 def _at_least(section, name, **minimums) -> None:

@@ -18,8 +18,8 @@ jobs find it in the workdir (or task.vocab_path) or stop with an error.
 
 import collections.abc
 import dataclasses
-import functools
 import os
+import random
 from typing import Callable
 
 from absl import logging
@@ -73,7 +73,12 @@ class Task:
     """This process's share of the encoded training pairs."""
     if self.train_shard is not None:
       return self.train_shard(process_index, process_count)
-    return self.encoded('train')[process_index::process_count]
+    eos = [vocab_lib.EOS_ID]
+    share = self.pairs('train')[process_index::process_count]
+    return batching.EncodedPairs.from_pairs(
+        (s + eos, t + eos) for s, t in zip(
+            self.vocab.encode_many([s for s, _ in share]),
+            self.vocab.encode_many([t for _, t in share])))
 
   def pairs(self, split: str) -> list[tuple[str, str]]:
     if split not in self.splits:
@@ -135,12 +140,19 @@ def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
     splits[split] = text.read_parallel(path(config.source_lang),
                                        path(config.target_lang),
                                        limit=limit or None)
-  train_text = [s for pair in splits['train'] for s in pair]
   if config.vocab_type == 'words':
-    words = sorted({w for sentence in train_text for w in sentence.split()})
+    words = sorted({w for pair in splits['train'] for sentence in pair
+                    for w in sentence.split()})
     return Task(vocab_lib.WordVocabulary(words), splits)
-  vocab = sentencepiece_vocab(config, workdir, train_vocab,
-                              lambda: train_text)
+
+  def sample():
+    pairs = splits['train']
+    if config.get('vocab_sample') and config.vocab_sample < len(pairs):
+      # A seeded sample: SentencePiece needs no millions of sentences.
+      pairs = random.Random(0).sample(pairs, config.vocab_sample)
+    return [sentence for pair in pairs for sentence in pair]
+
+  vocab = sentencepiece_vocab(config, workdir, train_vocab, sample)
   return Task(vocab, splits)
 
 
@@ -178,26 +190,24 @@ def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
 
 def _tfds_task(config, workdir: str, train_vocab: bool) -> Task:
   from bpd_jax.data import tfds_translation  # TFDS imports only when used.
-  builder = tfds_translation.open_builder(config.dataset, config.data_dir)
   if 'train' not in config.splits:
     raise ValueError(f'task.splits={dict(config.splits)} needs a "train" '
                      f'entry: the vocabulary and training pairs come from it.')
-  tfds_translation.check_splits(builder, list(config.splits.values()))
-  source = functools.partial(tfds_translation.PairSource, builder,
-                             source_lang=config.source_lang,
-                             target_lang=config.target_lang)
-  train = source(config.splits['train'])
+  sources = tfds_translation.open_sources(
+      config.dataset, config.data_dir, config.splits, config.source_lang,
+      config.target_lang, config.get('mock_examples', 0))
+  train = sources['train']
   vocab = sentencepiece_vocab(
       config, workdir, train_vocab,
       lambda: train.sample_sentences(config.vocab_sample, seed=0))
 
   def train_shard(process_index, process_count):
     name = config.dataset.replace('/', '_')
-    cache = os.path.join(workdir, 'data', f'{name}.{config.splits["train"]}.'
+    mock = '.mock' if config.get('mock_examples', 0) else ''
+    cache = os.path.join(workdir, 'data', f'{name}{mock}.{train.split}.'
                          f'{process_index}-of-{process_count}.npz')
     return tfds_translation.encoded_shard(train, vocab, process_index,
                                           process_count, cache)
 
-  readers = {split: (lambda name=name: source(name).pairs())
-             for split, name in config.splits.items()}
+  readers = {split: source.pairs for split, source in sources.items()}
   return Task(vocab, LazySplits(readers), train_shard)

@@ -26,9 +26,10 @@ whole. Everything that can be wrong with the data dir, the dataset or a
 split name raises before any reading or training starts.
 """
 
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from absl import logging
@@ -58,7 +59,39 @@ def build_command(dataset: str, data_dir: str) -> str:
           f'--file_format=array_record')
 
 
-def open_builder(dataset: str, data_dir: str):
+def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
+                 source_lang: str, target_lang: str,
+                 mock_examples: int = 0) -> dict[str, 'PairSource']:
+  """{split: PairSource} of `dataset`'s TFDS splits ({name: TFDS split}).
+
+  Args:
+    dataset: 'name/config', e.g. 'wmt14_translate/de-en'.
+    data_dir: where `tfds build` prepared it.
+    splits: our split names -> the dataset's split names.
+    source_lang: feature of the source sentence ('en').
+    target_lang: feature of the target sentence ('de').
+    mock_examples: > 0: TFDS mock data (random text with the dataset's
+      features, this many examples a split, no data dir needed), for
+      trying the whole pipeline on a machine without the data.
+
+  Raises:
+    FileNotFoundError: data_dir does not exist, or the dataset is not
+      prepared there (the message gives the `tfds build` command).
+    ValueError: no such TFDS dataset, builder config or split.
+  """
+  tfds = _tfds()
+  data_dir = os.path.expanduser(data_dir)
+  mock = (tfds.testing.mock_data(num_examples=mock_examples,
+                                 policy=tfds.testing.MockPolicy.USE_CODE)
+          if mock_examples else contextlib.nullcontext())
+  with mock:  # The sources opened inside keep serving mock data after it.
+    builder = open_builder(dataset, data_dir, check_dir=not mock_examples)
+    check_splits(builder, list(splits.values()))
+    return {name: PairSource(builder, split, source_lang, target_lang)
+            for name, split in splits.items()}
+
+
+def open_builder(dataset: str, data_dir: str, check_dir: bool = True):
   """The TFDS builder of `dataset` ('name/config'), prepared in `data_dir`.
 
   Raises:
@@ -66,7 +99,7 @@ def open_builder(dataset: str, data_dir: str):
       prepared there (the message gives the `tfds build` command).
     ValueError: no such TFDS dataset or builder config.
   """
-  if not data_dir or not os.path.isdir(data_dir):
+  if check_dir and (not data_dir or not os.path.isdir(data_dir)):
     raise FileNotFoundError(
         f'TFDS data dir task.data_dir={data_dir!r} does not exist. Prepare '
         f'the data there first: {build_command(dataset, data_dir or "DIR")}')
@@ -78,7 +111,7 @@ def open_builder(dataset: str, data_dir: str):
     raise ValueError(f'task.dataset={dataset!r} is not a TFDS dataset: '
                      f'{first_line}') from None
   prepared = os.path.join(data_dir, builder.info.full_name)
-  if not os.path.isdir(prepared):
+  if check_dir and not os.path.isdir(prepared):
     raise FileNotFoundError(
         f'{dataset} is not prepared in {data_dir} (no {prepared}). Prepare '
         f'it with: {build_command(dataset, data_dir)}')
