@@ -241,6 +241,9 @@ def train(config, workdir: str, log=print):
   train_config = config.train
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   data_sharding = sharding.batch_sharding(mesh, config.mesh.data_axis)
+  log(f'Mesh {dict(mesh.shape)} over {jax.device_count()} devices in '
+      f'{jax.process_count()} process(es); this is process '
+      f'{jax.process_index()}.')
   task = tasks.load_task(config.task, workdir)
   model_config = model_config_from(config, task.vocab.vocab_size)
   phases = plan_phases(train_config, model_config)

@@ -1,0 +1,111 @@
+"""Multi-process runs: two processes on 127.0.0.1 train as one with 4 devices.
+
+Each process gets 2 simulated CPU devices and talks to the other through
+gloo CPU collectives (jax's default on CPU); they feed their own rows of
+each global batch, checkpoint into one workdir, and resume from it.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from bpd_jax import distributed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--config=configs/demo.py:quick', '--config.task.sizes.train=400',
+        '--config.task.sizes.validation=8', '--config.model.d_model=32',
+        '--config.model.d_ff=64', '--config.model.num_proposal_heads=1',
+        '--config.train.batch_size=16', '--config.train.head_steps=0',
+        '--config.train.warmup_steps=4', '--config.train.log_every=2',
+        '--config.eval.ks=()', '--config.eval.after_training=false']
+LOSS = re.compile(r'^step (\d+)/\d+ \| loss ([0-9.]+)', re.M)
+
+
+@pytest.mark.parametrize('env,expected', [
+    ({}, False),
+    ({'JAX_COORDINATOR_ADDRESS': '10.0.0.1:1234'}, True),
+    ({'SLURM_NTASKS': '1'}, False),
+    ({'SLURM_NTASKS': '4'}, True),
+    ({'TPU_WORKER_HOSTNAMES': 'host0'}, False),
+    ({'TPU_WORKER_HOSTNAMES': 'host0,host1'}, True),
+])
+def test_multiprocess_is_detected_from_the_environment(monkeypatch, env,
+                                                       expected):
+  for name in ('JAX_COORDINATOR_ADDRESS', 'SLURM_NTASKS',
+               'TPU_WORKER_HOSTNAMES'):
+    monkeypatch.delenv(name, raising=False)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
+  calls = []
+  monkeypatch.setattr(jax.distributed, 'initialize',
+                      lambda **kwargs: calls.append(kwargs))
+  assert distributed.is_multiprocess() == expected
+  if 'JAX_COORDINATOR_ADDRESS' in env:
+    with pytest.raises(ValueError, match='also set JAX_NUM_PROCESSES'):
+      distributed.initialize()
+    monkeypatch.setenv('JAX_NUM_PROCESSES', '2')
+    monkeypatch.setenv('JAX_PROCESS_ID', '1')
+  distributed.initialize()
+  expected_calls = {
+      False: [],
+      True: [dict(num_processes=2, process_id=1)
+             if 'JAX_COORDINATOR_ADDRESS' in env else {}]}[expected]
+  assert calls == expected_calls
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def start(workdir, steps, devices, **env):
+  return subprocess.Popen(
+      [sys.executable, '-m', 'bpd_jax.main', *TINY, f'--workdir={workdir}',
+       f'--config.train.base_steps={steps}'],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu',
+           'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}',
+           **env})
+
+
+def finish(process):
+  try:
+    out, err = process.communicate(timeout=600)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    out, err = process.communicate()
+  assert process.returncode == 0, err[-3000:]
+  return out
+
+
+def run_two_processes(workdir, steps):
+  """Both processes' stdout, from one job of 2 processes x 2 devices."""
+  port = free_port()
+  processes = [start(workdir, steps, 2,
+                     JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}',
+                     JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i))
+               for i in range(2)]
+  return [finish(p) for p in processes]
+
+
+def test_two_processes_train_checkpoint_and_resume_as_one(tmp_path):
+  first = run_two_processes(tmp_path / 'two', 6)
+  resumed = run_two_processes(tmp_path / 'two', 10)
+  single = finish(start(tmp_path / 'one', 10, 4))
+  for index, out in enumerate(resumed):
+    assert 'Resumed from step 6' in out
+    assert (f"Mesh {{'data': 4}} over 4 devices in 2 process(es); this is "
+            f'process {index}.') in out
+  assert "Mesh {'data': 4} over 4 devices in 1 process(es)" in single
+  expected = LOSS.findall(single)
+  assert [s for s, _ in expected] == ['2', '4', '6', '8', '10']
+  for process in range(2):
+    losses = LOSS.findall(first[process]) + LOSS.findall(resumed[process])
+    assert losses == expected, (process, losses, expected)
+  assert float(expected[-1][1]) < float(expected[0][1])  # It learns.
