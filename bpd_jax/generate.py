@@ -180,9 +180,13 @@ def _decode(model: Transformer, inputs, options: _Options):
   cache = model.init_cache(
       batch, prompt_lib.required_positions(prompt.shape[1], options.max_len,
                                            k), source)
+  weights = model.decoding_weights(k)  # Laid out once, outside the loop.
   fns = decoding.DecodingFns(
-      extend=model.extend, next_token_logits=model.next_token_logits,
-      proposal_logits=functools.partial(model.proposal_logits, k=k))
+      extend=model.extend,
+      next_token_logits=functools.partial(model.next_token_logits,
+                                          weights=weights),
+      proposal_logits=functools.partial(model.proposal_logits, k=k,
+                                        weights=weights))
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id)
   if options.greedy:

@@ -28,3 +28,15 @@ def test_take_at():
                                 [array[0, 1], array[1, 3]])
   np.testing.assert_array_equal(
       ops.take_at(jnp.array([[5, 6], [7, 8]]), jnp.array([1, 0])), [6, 7])
+
+
+def test_argmax_equals_jnp_argmax_first_on_ties():
+  values = np.random.default_rng(0).integers(0, 4, (50, 7)).astype(np.float32)
+  np.testing.assert_array_equal(ops.argmax(jnp.asarray(values)),
+                                np.argmax(values, axis=-1))
+  assert ops.argmax(jnp.zeros((3, 2, 5))).shape == (3, 2)
+  assert ops.argmax(jnp.zeros(5)).dtype == jnp.int32
+
+
+def test_argmax_stays_in_range_with_nan():
+  assert 0 <= int(ops.argmax(jnp.array([1.0, jnp.nan, 2.0]))) < 3

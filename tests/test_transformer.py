@@ -154,3 +154,26 @@ def test_source_required_exactly_for_encoder_decoder():
       rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match='takes no source'):
     decoder_only(jnp.asarray([[2]]), jnp.asarray([[2]]))
+
+
+@pytest.mark.parametrize('tie_output', [True, False])
+@pytest.mark.parametrize('head1_from_base', [True, False])
+@pytest.mark.parametrize('head_layer', ['independent', 'joint'])
+def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
+                                               head_layer):
+  model = Transformer(TransformerConfig(
+      **TINY, tie_output=tie_output, head1_from_base=head1_from_base,
+      head_layer=head_layer), rngs=nnx.Rngs(0))
+  hidden = jax.random.normal(jax.random.key(1), (2, 4, TINY['d_model']))
+  weights = model.decoding_weights(3)
+  assert weights.vocab.shape == (TINY['d_model'], TINY['vocab_size'])
+  np.testing.assert_allclose(model.next_token_logits(hidden, weights),
+                             model.head_logits(hidden, 0, 1)[..., 0, :],
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(model.proposal_logits(hidden, 3, weights),
+                             model.head_logits(hidden, 1, 2),
+                             rtol=1e-5, atol=1e-5)
+  # Without weights the methods lay them out themselves.
+  np.testing.assert_allclose(model.proposal_logits(hidden, 2),
+                             model.head_logits(hidden, 1, 1),
+                             rtol=1e-5, atol=1e-5)

@@ -15,6 +15,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from bpd_jax import ops
+
 
 class Criterion(abc.ABC):
   """Decides, position by position, whether a proposal is acceptable."""
@@ -38,7 +40,7 @@ class Exact(Criterion):
   """Accept a proposal equal to the scoring model's argmax (greedy output)."""
 
   def accepts(self, proposals, logits):
-    return proposals == jnp.argmax(logits, axis=-1)
+    return proposals == ops.argmax(logits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Distance(Criterion):
                        f'got eps={self.eps!r}.')
 
   def accepts(self, proposals, logits):
-    best = jnp.argmax(logits, axis=-1)
+    best = ops.argmax(logits)
     return jnp.abs(proposals - best) <= self.eps
 
 

@@ -40,4 +40,4 @@ def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
 
 def argmax(logits: jax.Array) -> jax.Array:
   """Greedy token ids: [..., vocab] -> [...] int32."""
-  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  return ops.argmax(logits)

@@ -18,11 +18,66 @@ training the heads on a frozen base keeps its quality exactly), or goes
 through the new layer too, as in the original Tensor2Tensor code.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 HEAD_LAYERS = ('joint', 'independent')
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HeadWeights:
+  """The weights of a run of consecutive heads, laid out to be applied.
+
+  Decoding takes these once per decode, outside its loop (see
+  `ProposalHeads.weights`), so that no call inside the loop slices or
+  re-lays out parameters.
+
+  Attributes:
+    w_in: [d_model, hidden_total] input weights of the heads' hidden layer:
+      the joint layer's whole hidden layer, or the independent heads' input
+      weights side by side (one product for all heads instead of `count`).
+    b_in: [hidden_total].
+    w_out: [count, hidden, d_model] (independent: each head's own hidden
+      slice) or [hidden_total, count, d_model] (joint).
+    b_out: [count, d_model].
+    base_first: static; the run starts with head 1 taken from the base
+      model (the decoder output itself, no layer).
+    joint: static; the layout is the joint layer's.
+  """
+  w_in: jax.Array | None
+  b_in: jax.Array | None
+  w_out: jax.Array | None
+  b_out: jax.Array | None
+  base_first: bool = dataclasses.field(metadata=dict(static=True))
+  joint: bool = dataclasses.field(metadata=dict(static=True))
+
+
+def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
+  """Head states from decoder outputs.
+
+  Args:
+    weights: the heads, from `ProposalHeads.weights`.
+    h: [..., d_model] decoder outputs.
+
+  Returns:
+    [..., count, d_model].
+  """
+  states = [h[..., None, :]] if weights.base_first else []
+  if weights.w_in is not None:
+    hidden = jax.nn.relu(h.astype(weights.w_in.dtype) @ weights.w_in
+                         + weights.b_in)
+    if weights.joint:
+      out = jnp.einsum('...f,fkd->...kd', hidden, weights.w_out)
+    else:
+      count, width = weights.w_out.shape[:2]
+      hidden = hidden.reshape(hidden.shape[:-1] + (count, width))
+      out = jnp.einsum('...kf,kfd->...kd', hidden, weights.w_out)
+    states.append(h[..., None, :] + out + weights.b_out)
+  return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
 
 
 class ProposalHeads(nnx.Module):
@@ -75,9 +130,6 @@ class ProposalHeads(nnx.Module):
   def __call__(self, h: jax.Array, first: int, count: int) -> jax.Array:
     """States of heads first+1 .. first+count (1-based) from decoder outputs.
 
-    Only the requested heads' output weights are read: verification needs
-    head 1 alone at k positions, the next proposal heads 2..k at one.
-
     Args:
       h: [..., d_model] decoder outputs.
       first: 0-based index of the first head wanted.
@@ -86,34 +138,39 @@ class ProposalHeads(nnx.Module):
     Returns:
       [..., count, d_model].
     """
+    return apply_heads(self.weights(first, count), h)
+
+  def weights(self, first: int, count: int) -> HeadWeights:
+    """The weights of heads first+1 .. first+count (1-based), laid out.
+
+    Only the requested heads' weights are taken: verification needs head 1
+    alone at k positions, the next proposal heads 2..k at one.
+    """
     if not (0 <= first and count >= 1
             and first + count <= self.num_heads):
       raise ValueError(f'heads {first + 1}..{first + count} requested; the '
                        f'model has heads 1..{self.num_heads}.')
     # Heads that own a slice of the layer are numbered from 0 after skipping
     # head 1 when it is the decoder output itself.
-    skip = 1 if self.head1_from_base else 0
-    states = []
-    if skip and first == 0:
-      states.append(h[..., None, :])
+    base_first = self.head1_from_base and first == 0
+    if base_first:
       first, count = 1, count - 1
-    if count:
-      states.append(h[..., None, :] + self._ffn(h, first - skip, count))
-    return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
-
-  def _ffn(self, h, first, count):
-    """[..., d] -> [..., count, d] for layer heads first .. first+count-1."""
+    first -= 1 if self.head1_from_base else 0
+    if not count:
+      return HeadWeights(None, None, None, None, base_first=True,
+                         joint=self.layer == 'joint')
     heads = slice(first, first + count)
-    if self.dtype is not None:
-      h = h.astype(self.dtype)
-    cast = lambda param: param.astype(h.dtype)
+    dtype = self.dtype or self.w_in.dtype
+    cast = lambda param: param.astype(dtype)
     if self.layer == 'joint':
       # All heads share the hidden layer; only their output slices are read.
-      hidden = jax.nn.relu(h @ cast(self.w_in[...]) + cast(self.b_in[...]))
-      out = jnp.einsum('...f,fkd->...kd', hidden, cast(self.w_out[:, heads]))
+      w_in, b_in = self.w_in[...], self.b_in[...]
+      w_out = self.w_out[:, heads]
     else:
-      hidden = jax.nn.relu(
-          jnp.einsum('...d,kdf->...kf', h, cast(self.w_in[heads]))
-          + cast(self.b_in[heads]))
-      out = jnp.einsum('...kf,kfd->...kd', hidden, cast(self.w_out[heads]))
-    return out + cast(self.b_out[heads])
+      w_in = self.w_in[heads]  # [count, d, hidden] -> [d, count * hidden]
+      w_in = jnp.moveaxis(w_in, 0, 1).reshape(w_in.shape[1], -1)
+      b_in = self.b_in[heads].reshape(-1)
+      w_out = self.w_out[heads]
+    return HeadWeights(cast(w_in), cast(b_in), cast(w_out),
+                       cast(self.b_out[heads]), base_first=base_first,
+                       joint=self.layer == 'joint')

@@ -159,6 +159,25 @@ class DecodeCache:
   memory_valid: jax.Array | None
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodingWeights:
+  """Output weights laid out for decoding (`Transformer.decoding_weights`).
+
+  Attributes:
+    vocab: [d_model, vocab_size] the vocabulary projection. With tied
+      embeddings this is the table transposed, once: on XLA-CPU a product
+      [m, d] x [d, V] runs 2-3x faster for m = 2..15 rows than the same
+      product against the [V, d] table, which XLA would also re-transpose
+      inside the decoding loop on every call.
+    scoring: head 1.
+    proposals: heads 2..k (None for k = 1).
+  """
+  vocab: jax.Array
+  scoring: heads_lib.HeadWeights
+  proposals: heads_lib.HeadWeights | None
+
+
 def sinusoidal_positions(positions: jax.Array, width: int,
                          dtype=jnp.float32) -> jax.Array:
   """[..., width] sine/cosine encodings (Vaswani et al.) of int positions."""
@@ -323,13 +342,49 @@ class Transformer(nnx.Module):
       return self.target_embed.attend(states)
     return self.output(states)
 
-  def next_token_logits(self, hidden: jax.Array) -> jax.Array:
-    """Head 1: [..., d_model] -> [..., vocab_size]."""
-    return self.head_logits(hidden, 0, 1)[..., 0, :]
+  def decoding_weights(self, k: int) -> DecodingWeights:
+    """The output weights of decoding with k heads, laid out once.
 
-  def proposal_logits(self, hidden: jax.Array, k: int) -> jax.Array:
-    """Heads 2..k: [..., d_model] -> [..., k - 1, vocab_size]."""
-    return self.head_logits(hidden, 1, k - 1)
+    Decoders take these before their loop and pass them to
+    `next_token_logits` and `proposal_logits`, so that no call inside the
+    loop slices parameters or transposes the vocabulary table.
+    """
+    if self.config.tie_output:
+      vocab = self.target_embed.embedding[...].T
+    else:
+      vocab = self.output.kernel[...]
+    # The barrier keeps XLA from folding the transpose back into each use,
+    # i.e. into the loop.
+    vocab = jax.lax.optimization_barrier(vocab.astype(_dtype(self.config.dtype)))
+    return DecodingWeights(
+        vocab=vocab, scoring=self.heads.weights(0, 1),
+        proposals=self.heads.weights(1, k - 1) if k > 1 else None)
+
+  def next_token_logits(self, hidden: jax.Array,
+                        weights: DecodingWeights | None = None) -> jax.Array:
+    """Head 1: [..., d_model] -> [..., vocab_size].
+
+    Args:
+      hidden: decoder outputs.
+      weights: from `decoding_weights` (taken here when not given).
+    """
+    weights = weights or self.decoding_weights(1)
+    states = heads_lib.apply_heads(weights.scoring, hidden)[..., 0, :]
+    return states.astype(weights.vocab.dtype) @ weights.vocab
+
+  def proposal_logits(self, hidden: jax.Array, k: int,
+                      weights: DecodingWeights | None = None) -> jax.Array:
+    """Heads 2..k: [..., d_model] -> [..., k - 1, vocab_size].
+
+    Args:
+      hidden: decoder outputs.
+      k: the block size, 2 <= k <= num_proposal_heads.
+      weights: from `decoding_weights(k)`, the same k (taken here when not
+        given).
+    """
+    weights = weights or self.decoding_weights(k)
+    states = heads_lib.apply_heads(weights.proposals, hidden)
+    return states.astype(weights.vocab.dtype) @ weights.vocab
 
   # --- Full-sequence passes (training and scoring).
 
