@@ -109,3 +109,30 @@ def test_two_processes_train_checkpoint_and_resume_as_one(tmp_path):
     losses = LOSS.findall(first[process]) + LOSS.findall(resumed[process])
     assert losses == expected, (process, losses, expected)
   assert float(expected[-1][1]) < float(expected[0][1])  # It learns.
+
+
+@pytest.mark.slow
+def test_two_processes_read_their_own_wmt_shards(tmp_path):
+  """runlocal WMT14 (TFDS mock data) in 2 processes: process 0 trains the
+  vocabulary, each encodes its own shard, both draw the same buckets."""
+  port = free_port()
+  flags = ['--config=configs/wmt14_base.py:runlocal',
+           '--config.eval.after_training=false', f'--workdir={tmp_path}']
+  processes = [subprocess.Popen(
+      [sys.executable, '-m', 'bpd_jax.main', *flags], cwd=ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu',
+           'XLA_FLAGS': '--xla_force_host_platform_device_count=2',
+           'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}',
+           'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(i)})
+      for i in range(2)]
+  outs = [finish(p) for p in processes]
+  assert LOSS.findall(outs[0]) == LOSS.findall(outs[1])
+  # Logged every 2 steps and at the checkpoint of step 5.
+  assert [s for s, _ in LOSS.findall(outs[0])] == ['2', '4', '5', '6']
+  for out in outs:
+    assert 'Buckets (length: global rows): 16: 32, 32: 16' in out
+  data = tmp_path / 'data'
+  assert sorted(os.listdir(data)) == [
+      f'wmt14_translate_de-en.mock.train.{i}-of-2.npz' for i in range(2)]
+  assert (tmp_path / 'vocab.model').exists()
