@@ -29,6 +29,10 @@ def test_demo_configs_pass():
     ('model', 'size', 'huge', "unknown model size 'huge'"),
     ('task', 'name', 'wmt', "task.name='wmt' is not one of"),
     ('task', 'max_source_len', 1, 'task.max_source_len=1'),
+    ('task', 'max_source_len', 40, 'task.max_source_len=40 exceeds '
+     'model.max_source_len=32'),
+    ('task', 'max_target_len', 49, 'task.max_target_len=49 exceeds '
+     'model.max_target_len=48'),
     ('mesh', 'data_axis', 'rows', "mesh.data_axis='rows' is not one of"),
     ('mesh', 'shape', (2, 2), 'differ in length'),
 ])

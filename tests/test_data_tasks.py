@@ -60,3 +60,20 @@ def test_parallel_text_with_words_and_limit(tmp_path):
 def test_errors(tmp_path, overrides, message):
   with pytest.raises((ValueError, FileNotFoundError), match=message):
     tasks.load_task(parallel_config(tmp_path, **overrides), str(tmp_path))
+
+
+def test_parallel_text_vocab_sample_shards_and_missing_vocabulary(tmp_path):
+  config = parallel_config(tmp_path, vocab_sample=10)
+  with pytest.raises(FileNotFoundError, match='vocab.model not found'):
+    tasks.load_task(config, str(tmp_path / 'work'), train_vocab=False)
+  task = tasks.load_task(config, str(tmp_path / 'work'))
+  shards = [task.train_examples(p, 3) for p in range(3)]
+  assert [len(s) for s in shards] == [14, 13, 13]
+  encoded = task.encoded('train')
+  assert [list(x) for x in shards[1][2]] == [list(x) for x in encoded[7]]
+  # Another run reuses this vocabulary through task.vocab_path.
+  other = tasks.load_task(parallel_config(
+      tmp_path, vocab_path=str(tmp_path / 'work' / 'vocab.model')),
+      str(tmp_path / 'other'))
+  assert other.vocab.vocab_size == task.vocab.vocab_size
+  assert not (tmp_path / 'other').exists()

@@ -50,3 +50,13 @@ def test_bleu():
   assert score == pytest.approx(100.0) and 'tok:13a' in signature
   assert decode_eval.DecoderSpec(4, 'top-k:2', 2).name == (
       'blockwise k=4 top-k:2 l=2')
+
+
+def test_tokenized_bleu_splits_punctuation_as_t2t_bleu():
+  # 'intl' splits the Unicode punctuation that 13a keeps attached, such as
+  # German quotation marks.
+  hypothesis, reference = ['er sagt „ja“ .'], ['er sagt „ ja “ .']
+  intl, signature = decode_eval.bleu(hypothesis, reference, 'intl')
+  plain, _ = decode_eval.bleu(hypothesis, reference)
+  assert 'tok:intl' in signature
+  assert intl == pytest.approx(100.0) and plain < 100.0

@@ -1,11 +1,14 @@
 """Batches of token ids: deterministic by step, each process its own rows.
 
-The training batch of step s is a pure function of (seed, s): the examples
-are visited in one seeded permutation per epoch, and step s takes the next
-`batch_size` of that endless sequence. A resumed run therefore reads exactly
-the batches an uninterrupted run would have read, with no iterator state to
-checkpoint. Each process takes its own contiguous share of the global batch
-(the rows its devices hold), so the same code runs on one host or many.
+The training batch of step s is a pure function of (seed, s), so a resumed
+run reads exactly the batches an uninterrupted run would have read, with no
+iterator state to checkpoint, and the same code runs on one host or many:
+- TrainBatches: `batch_size` pairs a step, padded to the task's max
+  lengths; the examples are visited in one seeded permutation per epoch,
+  and each process takes its own contiguous share of the global batch.
+- BucketedBatches: about `tokens_per_batch` tokens a step, from one length
+  bucket (bucketing rather than packing: the models need no segment ids);
+  each process batches its own shard of the data (WMT14 scale).
 """
 
 import dataclasses
