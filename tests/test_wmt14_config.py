@@ -9,6 +9,8 @@ import importlib.util
 import itertools
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -160,3 +162,27 @@ def test_runlocal_distilled_run(local_base, tmp_path):
   report = decode_eval.report(config, str(tmp_path / 'k2'), model, task,
                               log=quiet)
   assert report['rows'][1]['identical_to_greedy'] == 1.0
+
+
+def run_job(module, *flags):
+  return subprocess.run(
+      [sys.executable, '-m', f'bpd_jax.{module}', *flags], cwd=ROOT,
+      capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'XLA_FLAGS': ''})
+
+
+@pytest.mark.parametrize('module,flags,message', [
+    ('main', ['--config=configs/wmt14_base.py:data_dir=/nonexistent/tfds'],
+     "task.data_dir='/nonexistent/tfds' does not exist"),
+    ('evaluate', ['--config=configs/wmt14_base.py:runlocal'],
+     'vocab.model not found'),
+    ('main', ['--config=configs/wmt14_base.py:runlocal',
+              '--config.task.splits.test=newstest2014'],
+     "split 'newstest2014' is not one of"),
+])
+def test_jobs_stop_before_any_work(tmp_path, module, flags, message):
+  result = run_job(module, *flags, f'--workdir={tmp_path}')
+  assert result.returncode != 0
+  assert message in result.stderr, result.stderr[-2000:]
+  assert not (tmp_path / 'checkpoints').exists()
+  assert not (tmp_path / 'vocab.model').exists()
