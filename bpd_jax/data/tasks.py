@@ -20,6 +20,7 @@ import collections.abc
 import dataclasses
 import os
 import random
+import re
 from typing import Callable
 
 from absl import logging
@@ -168,23 +169,27 @@ def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
   """
   model_path = config.get('vocab_path') or os.path.join(workdir,
                                                         'vocab.model')
-  if os.path.exists(model_path):
-    return vocab_lib.SentencePieceVocabulary(model_path)
-  if config.get('vocab_path') or not train_vocab:
+  exists = os.path.exists(model_path)
+  if not exists and (config.get('vocab_path') or not train_vocab):
     raise FileNotFoundError(
         f'vocabulary {model_path} not found: the training job writes it '
         f'(python -m bpd_jax.main --workdir=...); task.vocab_path names '
         f'another run\'s.')
   import jax  # Only here: the data modules need no devices otherwise.
   from jax.experimental import multihost_utils
-  if jax.process_index() == 0:
+  if not exists and jax.process_index() == 0:
     text_ = sentences()
     logging.info('Training a %d-piece SentencePiece vocabulary on %d '
                  'sentences -> %s', config.vocab_size, len(text_), model_path)
     vocab_lib.SentencePieceVocabulary.train(text_, model_path,
                                             config.vocab_size)
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices('bpd_jax vocabulary trained')
+  if train_vocab and jax.process_count() > 1:
+    # Every process passes here (same files seen, same branch taken).
+    multihost_utils.sync_global_devices('bpd_jax vocabulary')
+  if not os.path.exists(model_path):
+    raise FileNotFoundError(
+        f'vocabulary {model_path} not found after process 0 trained it: '
+        f'the workdir must be shared by all processes.')
   return vocab_lib.SentencePieceVocabulary(model_path)
 
 
@@ -202,10 +207,11 @@ def _tfds_task(config, workdir: str, train_vocab: bool) -> Task:
       lambda: train.sample_sentences(config.vocab_sample, seed=0))
 
   def train_shard(process_index, process_count):
-    name = config.dataset.replace('/', '_')
-    mock = '.mock' if config.get('mock_examples', 0) else ''
-    cache = os.path.join(workdir, 'data', f'{name}{mock}.{train.split}.'
-                         f'{process_index}-of-{process_count}.npz')
+    name = re.sub(r'[^\w.-]+', '_', f'{config.dataset}'
+                  f'{".mock" if config.get("mock_examples", 0) else ""}'
+                  f'.{train.split}')
+    cache = os.path.join(workdir, 'data', f'{name}.{process_index}-of-'
+                         f'{process_count}.npz')
     return tfds_translation.encoded_shard(train, vocab, process_index,
                                           process_count, cache)
 
