@@ -15,9 +15,10 @@ Grain, for these measured reasons:
 - tfds.data_source reads a record in ~130 us (measured on TFDS mock data,
   this 2-core CPU) and SentencePiece encodes ~250k short sentences/s
   (measured on Multi30k), so a process reads and encodes its shard of the
-  4.5M WMT14 pairs once (10 minutes on one host, a tenth of that on each of
-  ten), keeps it as flat int32 arrays, and saves it in the workdir
-  (WORKDIR/data/) so that a resumed run starts in seconds.
+  4.5M WMT14 pairs once (at those rates about 10 minutes on one host, a
+  tenth of that on each of ten), keeps it as flat int32 arrays, and saves
+  it in the workdir (WORKDIR/data/) so that a resumed run starts in
+  seconds.
 
 Each process reads only its own contiguous shard of the training split
 (jax.process_index() of jax.process_count()); eval splits (newstest2013 is
