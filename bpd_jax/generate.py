@@ -1,6 +1,6 @@
 """Decoding a Transformer: wires `bpd_jax.models` to `bpd_jax.decoding`.
 
-        from bpd_jax import generate
+    from bpd_jax import generate
     from bpd_jax.models import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.from_size(
@@ -9,6 +9,10 @@
     reference = generate.greedy(model, source, max_len=32)
     fast = generate.blockwise(model, source, k=4, max_len=32)
     # fast.tokens == reference.tokens; fast.model_calls <= reference's.
+
+    # Many calls with the same weights: a Decoder takes them apart once.
+    decoder = generate.Decoder(model)
+    fast = decoder.blockwise(source, k=4, max_len=32)
 
 `inputs` is the source for an encoder-decoder (decoding starts from bos_id)
 and the prompt for a decoder-only model; in both cases [batch, length] token
@@ -27,7 +31,9 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.models.transformer import Transformer
@@ -43,9 +49,145 @@ class _Options:
   min_block: int = 1
 
 
+class Decoder:
+  """Greedy and blockwise decoding with one model's weights.
+
+  Every call hands the weights to the compiled decoder. Flattening an NNX
+  module for that walks its object graph (~0.2 ms a call for the demo
+  model, a quarter of decoding a sentence at batch 1); a Decoder splits the
+  model once into structure and weights, whose arrays flatten ~5x faster.
+  It holds the weights as they were when it was made: after changing the
+  model (more training), make a new one. `greedy` and `blockwise`, the
+  module functions, take the model itself and suit one-off calls.
+  """
+
+  def __init__(self, model: Transformer, mesh=None,
+               batch_axis: str = 'data'):
+    """Takes the model apart (and replicates it over `mesh`, if given).
+
+    Args:
+      model: the Transformer.
+      mesh: optional `jax.sharding.Mesh` to shard each batch over.
+      batch_axis: the mesh axis the batch is split along.
+    """
+    self.model = _replicate(model, mesh)
+    self.config = model.config
+    self.mesh, self.batch_axis = mesh, batch_axis
+    self._graphdef, self._weights = nnx.split(self.model)
+
+  def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
+    """Greedy decoding (the reference output of exact blockwise decoding).
+
+    Args:
+      inputs: [batch, length] source (encoder-decoder) or prompt
+        (decoder-only) token ids, right-padded with pad_id.
+      max_len: most tokens to generate per example.
+
+    Returns:
+      DecodeResult: tokens [batch, max_len] and per-example statistics.
+    """
+    return self._run(inputs, _Options(greedy=True, max_len=max_len))
+
+  def blockwise(self, inputs, *, k: int | str, max_len: int,
+                criterion: decoding.Criterion = decoding.Exact(),
+                min_block: int = 1,
+                tuning: auto_k.AutoK | None = None) -> decoding.DecodeResult:
+    """Blockwise parallel decoding with the model's proposal heads.
+
+    Args:
+      inputs: [batch, length] source (encoder-decoder) or prompt
+        (decoder-only) token ids, right-padded with pad_id.
+      k: block size, 1 <= k <= the model's num_proposal_heads; or 'auto':
+        the k `tuning` expects to be fastest at this batch size on this
+        machine, greedy decoding where no k pays (see `tune_k`).
+      max_len: most tokens to generate per example.
+      criterion: Exact() (output identical to greedy), TopK(t) or
+        Distance(eps).
+      min_block: l, the fewest tokens appended per call, 1 <= l <= k.
+      tuning: from `tune_k`, for k='auto'.
+
+    Returns:
+      DecodeResult: tokens [batch, max_len] and per-example statistics; its
+      block_sizes has k + 1 columns (2 where 'auto' chose greedy decoding).
+    """
+    if k == 'auto':
+      k = self._auto_k(inputs, max_len, criterion, min_block, tuning)
+      if k == 1:
+        return self.greedy(inputs, max_len=max_len)
+    config = self.config
+    heads = config.num_proposal_heads
+    if not isinstance(k, int) or not 1 <= k <= heads:
+      raise ValueError(f'k={k!r} must be an integer in [1, {heads}], the '
+                       f"model's number of proposal heads.")
+    if not isinstance(min_block, int) or not 1 <= min_block <= k:
+      raise ValueError(f'min_block={min_block!r} must be an integer in '
+                       f'[1, k={k}].')
+    if not isinstance(criterion, decoding.Criterion):
+      raise ValueError(f'criterion={criterion!r} is not a '
+                       f'decoding.Criterion.')
+    if (isinstance(criterion, decoding.TopK)
+        and criterion.t > config.vocab_size):
+      raise ValueError(f'top-k verification t={criterion.t} exceeds the '
+                       f'vocabulary size {config.vocab_size}.')
+    return self._run(inputs, _Options(greedy=False, max_len=max_len, k=k,
+                                      criterion=criterion,
+                                      min_block=min_block))
+
+  def _auto_k(self, inputs, max_len, criterion, min_block, tuning) -> int:
+    """The k that `tuning` picks for this input (1: greedy decoding)."""
+    if not isinstance(tuning, auto_k.AutoK):
+      raise ValueError("k='auto' needs tuning=generate.tune_k(model, "
+                       "calibration_inputs, max_len=...).")
+    if criterion.spec != tuning.criterion:
+      raise ValueError(f'the tuning holds for criterion '
+                       f'{tuning.criterion!r}, not {criterion.spec!r}: tune '
+                       f'with the criterion you decode with.')
+    if min_block != 1:
+      raise ValueError(f"k='auto' takes min_block=1, not {min_block}.")
+    shape = np.shape(inputs)
+    if len(shape) != 2:
+      raise ValueError(f'inputs must be [batch, length]; got shape {shape}.')
+    return tuning.choose(self.model, shape[0], shape[1], max_len)
+
+  def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
+    inputs = self._place(check_inputs(self.config, inputs, options.max_len,
+                                      options.k))
+    return _decode_split(self._graphdef, self._weights, inputs, options)
+
+  def _place(self, inputs: np.ndarray):
+    """Shards the batch over the mesh, if any."""
+    if self.mesh is None:
+      return inputs
+    size = self.mesh.shape[self.batch_axis]
+    if inputs.shape[0] % size:
+      raise ValueError(f'batch size {inputs.shape[0]} is not divisible by '
+                       f'the {size} devices of mesh axis '
+                       f'{self.batch_axis!r}.')
+    return jax.device_put(inputs, jax.sharding.NamedSharding(
+        self.mesh, jax.sharding.PartitionSpec(self.batch_axis)))
+
+
+class _ModelDecoder(Decoder):
+  """A Decoder that hands the model itself to the compiled decoder.
+
+  For one-off calls: taking a model apart (`nnx.split`, ~4 ms for a small
+  one) costs more than flattening it once (~0.2 ms).
+  """
+
+  def __init__(self, model: Transformer, mesh, batch_axis):
+    self.model = _replicate(model, mesh)
+    self.config = model.config
+    self.mesh, self.batch_axis = mesh, batch_axis
+
+  def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
+    inputs = self._place(check_inputs(self.config, inputs, options.max_len,
+                                      options.k))
+    return _decode(self.model, inputs, options)
+
+
 def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
            batch_axis: str = 'data') -> decoding.DecodeResult:
-  """Greedy decoding (the reference output of exact blockwise decoding).
+  """Greedy decoding; see `Decoder.greedy` (and Decoder, for many calls).
 
   Args:
     model: the Transformer.
@@ -54,50 +196,89 @@ def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
     max_len: most tokens to generate per example.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
-
-  Returns:
-    DecodeResult: tokens [batch, max_len] and per-example statistics.
   """
-  return _run(model, inputs, _Options(greedy=True, max_len=max_len), mesh,
-              batch_axis)
+  return _ModelDecoder(model, mesh, batch_axis).greedy(inputs,
+                                                       max_len=max_len)
 
 
-def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
+def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
               criterion: decoding.Criterion = decoding.Exact(),
-              min_block: int = 1, mesh=None,
-              batch_axis: str = 'data') -> decoding.DecodeResult:
-  """Blockwise parallel decoding with the model's proposal heads.
+              min_block: int = 1, tuning: auto_k.AutoK | None = None,
+              mesh=None, batch_axis: str = 'data') -> decoding.DecodeResult:
+  """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
-    inputs: [batch, length] source (encoder-decoder) or prompt (decoder-only)
-      token ids, right-padded with pad_id.
-    k: block size, 1 <= k <= model.config.num_proposal_heads.
-    max_len: most tokens to generate per example.
-    criterion: Exact() (output identical to greedy), TopK(t) or Distance(eps).
-    min_block: l, the fewest tokens appended per call, 1 <= l <= k.
+    inputs, k, max_len, criterion, min_block, tuning: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
+  """
+  return _ModelDecoder(model, mesh, batch_axis).blockwise(
+      inputs, k=k, max_len=max_len, criterion=criterion,
+      min_block=min_block, tuning=tuning)
+
+
+def tune_k(model: Transformer, inputs, *, max_len: int,
+           criterion: decoding.Criterion = decoding.Exact(),
+           batch_size: int = 8, margin: float = 0.05,
+           candidates=None) -> auto_k.AutoK:
+  """Acceptance statistics for k='auto', from a decode at the largest k.
+
+  Args:
+    model: the Transformer.
+    inputs: [examples, length] calibration inputs, like the ones to decode
+      (e.g. training sources: not the data the decodes are judged on).
+    max_len: most tokens to generate per example.
+    criterion: the verification criterion the decodes will use.
+    batch_size: examples decoded together here (no effect on the
+      statistics).
+    margin: the fraction of greedy's expected time blockwise decoding must
+      save to be chosen.
+    candidates: the block sizes to choose from (greedy always is one);
+      None: every k up to the model's heads.
 
   Returns:
-    DecodeResult: tokens [batch, max_len] and per-example statistics.
+    AutoK; it measures this machine's step costs for each new batch shape
+    it is asked about, and can be saved with `save`.
   """
-  heads = model.config.num_proposal_heads
-  if not isinstance(k, int) or not 1 <= k <= heads:
-    raise ValueError(f'k={k!r} must be an integer in [1, {heads}], the '
-                     f"model's number of proposal heads.")
-  if not isinstance(min_block, int) or not 1 <= min_block <= k:
-    raise ValueError(f'min_block={min_block!r} must be an integer in '
-                     f'[1, k={k}].')
-  if not isinstance(criterion, decoding.Criterion):
-    raise ValueError(f'criterion={criterion!r} is not a decoding.Criterion.')
-  if (isinstance(criterion, decoding.TopK)
-      and criterion.t > model.config.vocab_size):
-    raise ValueError(f'top-k verification t={criterion.t} exceeds the '
-                     f'vocabulary size {model.config.vocab_size}.')
-  return _run(model, inputs, _Options(greedy=False, max_len=max_len, k=k,
-                       criterion=criterion, min_block=min_block), mesh,
-              batch_axis)
+  inputs = np.asarray(inputs)
+  k = model.config.num_proposal_heads
+  decoder = Decoder(model)
+  appended = []
+  for start in range(0, len(inputs), batch_size):
+    chunk = inputs[start:start + batch_size]
+    result = decoder.blockwise(chunk, k=k, max_len=max_len,
+                               criterion=criterion)
+    appended.append(np.asarray(result.block_sizes))
+  return auto_k.AutoK(np.concatenate(appended), criterion.spec, margin,
+                      candidates)
+
+
+def memory_bytes(model: Transformer, inputs, *, max_len: int, k: int = 0,
+                 criterion: decoding.Criterion = decoding.Exact(),
+                 min_block: int = 1) -> int:
+  """Peak memory of a decode: the whole model, the program's buffers.
+
+  Compiles the decoder ahead of time for this input shape (k = 0: greedy)
+  and reads XLA's memory analysis: inputs, outputs and temporaries, plus
+  every parameter of the model (XLA leaves out the ones a program does not
+  read, such as greedy decoding's proposal heads, but they are in memory
+  all the same).
+  """
+  options = (_Options(greedy=True, max_len=max_len) if not k else
+             _Options(greedy=False, max_len=max_len, k=k,
+                      criterion=criterion, min_block=min_block))
+  inputs = check_inputs(model.config, inputs, max_len, options.k)
+  stats = _decode.lower(model, inputs, options).compile().memory_analysis()
+  parameters = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
+  return int(parameters + inputs.nbytes + stats.output_size_in_bytes
+             + stats.temp_size_in_bytes)
+
+
+def compiled_decoders() -> int:
+  """Decoder programs compiled so far in this process (to see recompiles)."""
+  # pylint: disable-next=protected-access
+  return _decode._cache_size() + _decode_split._cache_size()
 
 
 def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
@@ -147,27 +328,15 @@ def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
   return array.astype(np.int32)
 
 
-def _run(model, inputs, options: _Options, mesh, batch_axis):
-  inputs = check_inputs(model.config, inputs, options.max_len, options.k)
-  if mesh is not None:
-    size = mesh.shape[batch_axis]
-    if inputs.shape[0] % size:
-      raise ValueError(f'batch size {inputs.shape[0]} is not divisible by '
-                       f'the {size} devices of mesh axis {batch_axis!r}.')
-    sharding = jax.sharding.NamedSharding
-    inputs = jax.device_put(
-        inputs, sharding(mesh, jax.sharding.PartitionSpec(batch_axis)))
-    model = jax.device_put(model,
-                           sharding(mesh, jax.sharding.PartitionSpec()))
-  return _decode(model, inputs, options)
+def _replicate(model, mesh):
+  if mesh is None:
+    return model
+  return jax.device_put(model, jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()))
 
 
-# NNX modules are pytrees, so the model goes into `jit` as it is: flattening
-# it costs ~0.5 ms a call where `nnx.split` costs ~4 ms (Transformer-small),
-# which matters when a whole decode takes a few milliseconds. The model's
-# structure and config are the static part of the compilation key.
-@functools.partial(jax.jit, static_argnames=('options',))
-def _decode(model: Transformer, inputs, options: _Options):
+def _decode_body(model: Transformer, inputs, options: _Options):
+  """The whole decode of a batch: encoder, prompt pass, decoding loop."""
   config = model.config
   batch = inputs.shape[0]
   if config.is_encoder_decoder:
@@ -194,3 +363,14 @@ def _decode(model: Transformer, inputs, options: _Options):
   return decoding.blockwise_decode(
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
       min_block=options.min_block, **ids)
+
+
+# The model as a pytree (module functions): its structure and config are the
+# static part of the compilation key.
+_decode = jax.jit(_decode_body, static_argnames=('options',))
+
+
+@functools.partial(jax.jit, static_argnames=('graphdef', 'options'))
+def _decode_split(graphdef, weights, inputs, options: _Options):
+  """_decode_body on a model taken apart (Decoder)."""
+  return _decode_body(nnx.merge(graphdef, weights), inputs, options)

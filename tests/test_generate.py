@@ -18,6 +18,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax import generate
+from bpd_jax import sharding
 from bpd_jax.decoding import Distance, TopK
 from bpd_jax.models import Transformer, TransformerConfig
 
@@ -269,3 +270,43 @@ def test_batch_not_divisible_by_mesh(small_model):
   with pytest.raises(ValueError, match='batch size 3 is not divisible by '
                      "the 8 devices of mesh axis 'data'"):
     generate.greedy(small_model, [[3]] * 3, max_len=4, mesh=mesh)
+
+
+def test_decoder_equals_the_module_functions_without_recompiling():
+  model = random_model(13, dtype='float32')
+  inputs = random_inputs(13, 4)
+  decoder = generate.Decoder(model)
+  reference = generate.blockwise(model, inputs, k=3, max_len=12)
+  result = decoder.blockwise(inputs, k=3, max_len=12)
+  np.testing.assert_array_equal(result.tokens, reference.tokens)
+  np.testing.assert_array_equal(decoder.greedy(inputs, max_len=12).tokens,
+                                generate.greedy(model, inputs,
+                                                max_len=12).tokens)
+  compiled = generate.compiled_decoders()
+  for _ in range(3):
+    decoder.blockwise(inputs, k=3, max_len=12)
+    decoder.greedy(inputs, max_len=12)
+    generate.blockwise(model, inputs, k=3, max_len=12)
+  assert generate.compiled_decoders() == compiled
+
+
+def test_decoder_on_a_mesh():
+  model = random_model(14, dtype='float32')
+  inputs = random_inputs(14, 8)
+  mesh = sharding.make_mesh((8,), ('data',))
+  decoder = generate.Decoder(model, mesh=mesh)
+  result = decoder.blockwise(inputs, k=2, max_len=10)
+  np.testing.assert_array_equal(
+      result.tokens, generate.blockwise(model, inputs, k=2,
+                                        max_len=10).tokens)
+  with pytest.raises(ValueError, match='not divisible by the 8 devices'):
+    decoder.greedy(inputs[:3], max_len=10)
+
+
+def test_memory_counts_every_parameter():
+  model = random_model(15, dtype='float32')
+  inputs = random_inputs(15, 2)
+  parameters = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
+  greedy = generate.memory_bytes(model, inputs, max_len=10)
+  blockwise = generate.memory_bytes(model, inputs, max_len=10, k=4)
+  assert parameters < greedy < blockwise

@@ -34,10 +34,17 @@ class Criterion(abc.ABC):
       [..., n] bool.
     """
 
+  @property
+  @abc.abstractmethod
+  def spec(self) -> str:
+    """The criterion as `from_spec` reads it, e.g. 'top-k:2'."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Exact(Criterion):
   """Accept a proposal equal to the scoring model's argmax (greedy output)."""
+
+  spec = 'exact'
 
   def accepts(self, proposals, logits):
     return proposals == ops.argmax(logits)
@@ -56,6 +63,10 @@ class TopK(Criterion):
     if not isinstance(self.t, int) or self.t < 1:
       raise ValueError(f'top-k verification needs t >= 1, got t={self.t!r}.')
 
+  @property
+  def spec(self):
+    return f'top-k:{self.t}'
+
   def accepts(self, proposals, logits):
     if self.t > logits.shape[-1]:
       raise ValueError(f'top-k verification with t={self.t} exceeds the '
@@ -73,6 +84,10 @@ class Distance(Criterion):
     if not self.eps >= 0:
       raise ValueError(f'distance verification needs eps >= 0, '
                        f'got eps={self.eps!r}.')
+
+  @property
+  def spec(self):
+    return f'distance:{self.eps:g}'
 
   def accepts(self, proposals, logits):
     best = ops.argmax(logits)

@@ -1,0 +1,1 @@
+"""Decoding benchmarks: `python -m bpd_jax.bench` (see docs/benchmarks.md)."""

@@ -1,0 +1,160 @@
+"""Benchmark job: greedy and blockwise decoding side by side.
+
+    python -m bpd_jax.bench --config=configs/demo.py --workdir=/tmp/bpd_demo
+
+Restores the latest checkpoint in WORKDIR (or, with --init=random, a
+randomly initialised model of the config's architecture), takes the first
+--examples sentences of the config's eval split, and for each batch size
+times greedy decoding, blockwise decoding over the sweep of k x criteria x
+minimum block sizes, and k='auto' (tuned on training sources, not on the
+timed ones), interleaved, --repeats rounds, medians. Writes
+OUTPUT_DIR/bench.json (one row per setting, every column), bench.md (the
+table) and bench.png (speedup and mean accepted block against k); see
+docs/benchmarks.md for the columns and the measured figures.
+
+--quick: a run under a minute that shows the machinery, not the figures.
+"""
+
+import os
+import time
+
+from absl import app
+from absl import flags
+import jax
+from flax import nnx
+from ml_collections import config_flags
+
+from bpd_jax import config_checks
+from bpd_jax import decode_eval
+from bpd_jax import generate
+from bpd_jax import train
+from bpd_jax.bench import report
+from bpd_jax.bench import runner
+from bpd_jax.data import batching
+from bpd_jax.data import tasks
+from bpd_jax.models import Transformer
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Config file: a Python file with get_config(arg).')
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Workdir of a training run (its checkpoint and '
+    'vocabulary).')
+_INIT = flags.DEFINE_enum(
+    'init', 'checkpoint', ['checkpoint', 'random'],
+    'Weights: the latest checkpoint in --workdir, or random (machinery and '
+    'step costs only: random heads accept next to nothing).')
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None, 'Where bench.json/.md/.png go (default: '
+    'WORKDIR/bench).')
+_BATCH_SIZES = flags.DEFINE_list('batch_sizes', ['1', '8', '32'],
+                                 'Batch sizes.')
+_KS = flags.DEFINE_list('ks', None, 'Block sizes (default: the config\'s '
+                        'eval.ks).')
+_CRITERIA = flags.DEFINE_list(
+    'criteria', ['exact', 'top-k:2'],
+    "Verification criteria: 'exact', 'top-k:T', 'distance:EPS'.")
+_MIN_BLOCKS = flags.DEFINE_list('min_blocks', ['1'], 'Minimum block sizes.')
+_EXAMPLES = flags.DEFINE_integer('examples', 256,
+                                 'Eval sentences decoded per setting.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.')
+_CALIBRATION = flags.DEFINE_integer(
+    'calibration_examples', 64,
+    "Training sources k='auto' is tuned on (0: no auto setting).")
+_QUICK = flags.DEFINE_boolean(
+    'quick', False, 'Under a minute: batch sizes 1 and 8, the smallest and '
+    'largest k, exact only, 16 sentences, 1 round (flags given explicitly '
+    'keep their values).')
+
+
+def _ints(name, values, low=1):
+  try:
+    out = [int(v) for v in values]
+  except ValueError as error:
+    raise app.UsageError(f'--{name}: {error}') from error
+  if not out or min(out) < low:
+    raise app.UsageError(f'--{name}={values} must be integers >= {low}.')
+  return out
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  config = _CONFIG.value
+  config_checks.check(config)
+  workdir = _WORKDIR.value
+  if _INIT.value == 'checkpoint' and not os.path.isdir(
+      os.path.join(workdir, 'checkpoints')):
+    raise app.UsageError(f'no checkpoints in {workdir}: train first '
+                         f'(python -m bpd_jax.main) or pass --init=random.')
+  heads = config.model.num_proposal_heads
+  ks = _ints('ks', _KS.value or list(config.eval.ks))
+  if max(ks) > heads:
+    raise app.UsageError(f'--ks={ks} exceed the model\'s {heads} heads.')
+  batch_sizes = _ints('batch_sizes', _BATCH_SIZES.value)
+  min_blocks = _ints('min_blocks', _MIN_BLOCKS.value)
+  criteria = list(_CRITERIA.value)
+  examples, repeats = _EXAMPLES.value, _REPEATS.value
+  if _QUICK.value:  # Flags given explicitly keep their values.
+    given = lambda flag: flags.FLAGS[flag.name].present
+    batch_sizes = batch_sizes if given(_BATCH_SIZES) else [1, 8]
+    ks = ks if given(_KS) else sorted({min(ks), max(ks)})
+    criteria = criteria if given(_CRITERIA) else ['exact']
+    min_blocks = min_blocks if given(_MIN_BLOCKS) else [1]
+    examples = examples if given(_EXAMPLES) else 16
+    repeats = repeats if given(_REPEATS) else 1
+  if examples < 1 or repeats < 1:
+    raise app.UsageError('--examples and --repeats must be >= 1.')
+  try:
+    settings = runner.sweep(ks, criteria, min_blocks,
+                            auto=_CALIBRATION.value > 0)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'bench')
+
+  if _INIT.value == 'random':
+    task = tasks.load_task(config.task, workdir)
+    model = Transformer(
+        train.model_config_from(config, task.vocab.vocab_size),
+        rngs=nnx.Rngs(config.seed))
+  else:
+    model, task = train.restore_model(config, workdir)
+  max_source_len = model.config.max_source_len
+  max_len = config.eval.max_len
+  split = config.eval.split
+  sources, _ = task.sources(split, max_source_len, examples)
+  references = [target for _, target in task.pairs(split)[:examples]]
+  batches = {b: list(batching.eval_batches(sources, b, max_source_len))
+             for b in batch_sizes}
+
+  tuning = None
+  if _CALIBRATION.value:
+    calibration, _ = task.sources('train', max_source_len,
+                                  _CALIBRATION.value)
+    print(f'Tuning k=auto on {len(calibration)} training sources...',
+          flush=True)
+    tuning = generate.tune_k(
+        model, batching.pad_rows(calibration, max_source_len),
+        max_len=max_len, candidates=ks)
+
+  def bleu(tokens):
+    return decode_eval.bleu([task.vocab.decode(row) for row in tokens],
+                            references)[0]
+
+  begin = time.perf_counter()
+  rows = runner.run(model, batches, settings, max_len=max_len,
+                    repeats=repeats, tuning=tuning, quality=bleu,
+                    progress=lambda line: print(line, flush=True))
+  meta = dict(
+      config=_CONFIG.value.to_dict(), workdir=workdir, init=_INIT.value,
+      split=split, examples=len(sources), max_len=max_len, repeats=repeats,
+      quality='BLEU (sacreBLEU, detokenized)', device=str(jax.devices()[0]),
+      devices=jax.device_count(), seconds=round(time.perf_counter() - begin),
+      date=time.strftime('%Y-%m-%d %H:%M'))
+  paths = report.write(rows, meta, output_dir)
+  print(report.markdown(rows))
+  print(f'Wrote {paths["json"]}, {paths["markdown"]} and {paths["plot"]}.')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['config', 'workdir'])
+  app.run(main)

@@ -1,0 +1,81 @@
+"""The benchmark's outputs: bench.json, bench.md and bench.png."""
+
+import json
+import os
+
+import matplotlib
+matplotlib.use('Agg')  # Files only: no display on servers and in CI.
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import tabulate
+
+from bpd_jax.bench import runner
+
+# Columns of the Markdown table (bench.json keeps them all).
+TABLE_COLUMNS = (
+    'batch_size', 'decoder', 'k', 'criterion', 'min_block', 'wall_s',
+    'tokens_per_s', 'speedup', 'mean_accepted_block', 'step_cost_1_ms',
+    'step_cost_k_ms', 'efficiency', 'identical_to_greedy',
+    'near_tie_differences', 'quality', 'compile_s', 'memory_vs_greedy',
+    'recompiles')
+
+
+def markdown(rows: list[dict]) -> str:
+  """The rows as a Markdown table (github pipes)."""
+  return tabulate.tabulate(
+      [[row[c] for c in TABLE_COLUMNS] for row in rows],
+      headers=TABLE_COLUMNS, tablefmt='github')
+
+
+def plot(rows: list[dict], path: str) -> None:
+  """Speedup and mean accepted block against k, a line per batch size.
+
+  Exact verification without a minimum block; k = 1 is greedy decoding, and
+  the auto setting is a marker at the k it chose.
+  """
+  figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+  for batch_size in sorted({row['batch_size'] for row in rows}):
+    mine = [row for row in rows if row['batch_size'] == batch_size]
+    line = sorted((row for row in mine if row['decoder'] != 'auto'
+                   and row['criterion'] == 'exact' and row['min_block'] == 1),
+                  key=lambda row: row['k'])
+    ks = [row['k'] for row in line]
+    drawn = left.plot(ks, [row['speedup'] for row in line], marker='o',
+                      label=f'batch {batch_size}')
+    right.plot(ks, [row['mean_accepted_block'] for row in line], marker='o',
+               label=f'batch {batch_size}')
+    for row in mine:
+      if row['decoder'] == 'auto':
+        left.plot([row['k']], [row['speedup']], marker='*', markersize=14,
+                  color=drawn[0].get_color(), linestyle='none')
+  left.axhline(1.0, color='grey', linewidth=0.8)
+  left.set(xlabel='k (1: greedy; star: auto)', ylabel='speedup over greedy',
+           title='Wall-clock speedup')
+  right.set(xlabel='k', ylabel='tokens per model call',
+            title='Mean accepted block')
+  for axes in (left, right):
+    axes.legend()
+    axes.grid(alpha=0.3)
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  plt.close(figure)
+
+
+def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:
+  """Writes bench.json (meta + rows), bench.md and bench.png.
+
+  Returns:
+    {'json' | 'markdown' | 'plot': path}.
+  """
+  missing = [c for c in runner.COLUMNS if rows and c not in rows[0]]
+  if missing:
+    raise ValueError(f'rows lack columns {missing}.')
+  os.makedirs(output_dir, exist_ok=True)
+  paths = {name: os.path.join(output_dir, f'bench.{ext}')
+           for name, ext in (('json', 'json'), ('markdown', 'md'),
+                             ('plot', 'png'))}
+  with open(paths['json'], 'w') as f:
+    json.dump(dict(meta, rows=rows), f, indent=1)
+  with open(paths['markdown'], 'w') as f:
+    f.write(markdown(rows) + '\n')
+  plot(rows, paths['plot'])
+  return paths

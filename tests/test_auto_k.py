@@ -1,0 +1,112 @@
+"""k='auto': statistics, the expected-time model, the choice, generate."""
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import auto_k
+from bpd_jax import decoding
+from bpd_jax import generate
+from bpd_jax.models import Transformer, TransformerConfig
+
+# Two examples, max_k = 4: the first always has 4 tokens a call (8 tokens in
+# 2 calls), the second 1 token a call (3 tokens in 3 calls).
+APPENDED = np.array([[0, 0, 0, 0, 2], [0, 3, 0, 0, 0]])
+
+
+def test_mean_block_cuts_runs_at_k():
+  tuning = auto_k.AutoK(APPENDED)
+  assert tuning.max_k == 4
+  np.testing.assert_allclose(tuning.mean_block(4), [4, 1])
+  np.testing.assert_allclose(tuning.mean_block(2), [2, 1])
+  np.testing.assert_allclose(tuning.mean_block(1), [1, 1])
+
+
+def test_expected_calls_of_the_slowest_example():
+  tuning = auto_k.AutoK(APPENDED)
+  # Batch 1: the mean over examples; k=4: 8/4 = 2 and 3 calls.
+  assert tuning.expected_calls(4, 1) == pytest.approx(2.5, abs=0.15)
+  # Large batches almost surely hold both examples: the slower one counts.
+  assert tuning.expected_calls(1, 64) == pytest.approx(8)
+  assert tuning.expected_calls(4, 64) == pytest.approx(3)
+
+
+def test_choice_follows_the_step_costs():
+  tuning = auto_k.AutoK(np.array([[0, 0, 0, 0, 5]]), margin=0.05)
+  # Calls at k: 20 / k. Cheap blocks: the largest k wins.
+  assert tuning.choose_from({1: 1.0, 2: 1.1, 4: 1.2}, 1) == 4
+  # k-position calls as dear as k greedy calls and more: greedy.
+  assert tuning.choose_from({1: 1.0, 2: 2.2, 4: 4.4}, 1) == 1
+  # A gain inside the margin is not taken: greedy 20 calls x 1.0 = 20;
+  # k=4 5 calls x 3.85 = 19.25 > 0.95 x 20, but 5 x 3.7 = 18.5 < 19.
+  assert tuning.choose_from({1: 1.0, 4: 3.85}, 1) == 1
+  assert tuning.choose_from({1: 1.0, 4: 3.7}, 1) == 4
+
+
+def test_save_and_load(tmp_path):
+  tuning = auto_k.AutoK(APPENDED, 'top-k:2', 0.1, (2, 4))
+  tuning.step_costs[(8, 12, 30)] = {1: 0.5, 2: 0.7, 4: 0.9}
+  tuning.save(tmp_path / 'auto_k.json')
+  loaded = auto_k.AutoK.load(tmp_path / 'auto_k.json')
+  np.testing.assert_array_equal(loaded.appended, APPENDED)
+  assert (loaded.criterion, loaded.margin, loaded.candidates) == (
+      'top-k:2', 0.1, (1, 2, 4))
+  assert loaded.step_costs == tuning.step_costs
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(appended=np.zeros((2, 3))), 'at least one call'),
+    (dict(appended=APPENDED, margin=1.0), 'margin=1.0'),
+    (dict(appended=APPENDED, candidates=(2, 5)), r'candidates \[5\]'),
+])
+def test_bad_statistics(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    auto_k.AutoK(**kwargs)
+
+
+def model_and_inputs():
+  config = TransformerConfig(
+      vocab_size=11, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+      num_decoder_layers=1, dropout_rate=0.0, max_source_len=8,
+      max_target_len=32, num_proposal_heads=3)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  inputs = np.random.default_rng(0).integers(3, 11, (4, 6)).astype(np.int32)
+  return model, inputs
+
+
+def test_auto_decodes_as_greedy_with_the_chosen_k():
+  model, inputs = model_and_inputs()
+  tuning = generate.tune_k(model, inputs, max_len=12, batch_size=2)
+  assert tuning.appended.shape == (4, 4)
+  reference = generate.greedy(model, inputs, max_len=12)
+  for costs, k in (({1: 1.0, 2: 1.0, 3: 1.0}, None),
+                   ({1: 1.0, 2: 9.0, 3: 9.0}, 1)):
+    tuning.step_costs = {(4, 6, 12): costs}
+    tuning._choices.clear()  # pylint: disable=protected-access
+    result = generate.blockwise(model, inputs, k='auto', max_len=12,
+                                tuning=tuning)
+    np.testing.assert_array_equal(result.tokens, reference.tokens)
+    chosen = result.block_sizes.shape[1] - 1
+    assert chosen == (k or tuning.choose_from(costs, 4))
+
+
+def test_auto_measures_step_costs_of_a_new_shape():
+  model, inputs = model_and_inputs()
+  tuning = generate.tune_k(model, inputs, max_len=8, candidates=(2,))
+  generate.Decoder(model).blockwise(inputs[:1], k='auto', max_len=8,
+                                    tuning=tuning)
+  assert set(tuning.step_costs) == {(1, 6, 8)}
+  assert set(tuning.step_costs[(1, 6, 8)]) == {1, 2}
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(), "k='auto' needs tuning"),
+    (dict(tuning='tuned'), "k='auto' needs tuning"),
+    (dict(criterion=decoding.TopK(2), tuning=auto_k.AutoK(APPENDED)),
+     "holds for criterion 'exact', not 'top-k:2'"),
+    (dict(min_block=2, tuning=auto_k.AutoK(APPENDED)), 'min_block=1'),
+])
+def test_auto_needs_a_matching_tuning(kwargs, message):
+  model, inputs = model_and_inputs()
+  with pytest.raises(ValueError, match=message):
+    generate.blockwise(model, inputs, k='auto', max_len=8, **kwargs)

@@ -1,0 +1,38 @@
+"""The benchmark job, in a subprocess, as a user runs it."""
+
+import json
+
+from test_main import TINY, run
+
+
+def test_quick_bench_of_a_random_model(tmp_path):
+  result = run('bench', *TINY, f'--workdir={tmp_path}', '--init=random',
+               '--quick', '--examples=4', '--calibration_examples=4',
+               '--batch_sizes=1,2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads((tmp_path / 'bench' / 'bench.json').read_text())
+  assert report['examples'] == 4 and report['init'] == 'random'
+  settings = [(r['batch_size'], r['decoder'], r['k']) for r in report['rows']]
+  assert settings[:3] == [(1, 'greedy', 1), (1, 'blockwise', 2),
+                          (1, 'blockwise', 3)]
+  assert len(settings) == 8 and settings[4][:2] == (2, 'greedy')
+  assert all(r['recompiles'] == 0 for r in report['rows'])
+  assert (tmp_path / 'bench' / 'bench.png').exists()
+  assert '| decoder' in (tmp_path / 'bench' / 'bench.md').read_text()
+
+
+def test_checkpoint_needed_unless_random(tmp_path):
+  result = run('bench', *TINY, f'--workdir={tmp_path}', '--quick')
+  assert result.returncode != 0
+  assert 'no checkpoints in' in result.stderr
+
+
+def test_bad_flags_stop_before_work(tmp_path):
+  result = run('bench', *TINY, f'--workdir={tmp_path}', '--init=random',
+               '--ks=2,7')
+  assert result.returncode != 0
+  assert "exceed the model's 3 heads" in result.stderr
+  result = run('bench', *TINY, f'--workdir={tmp_path}', '--init=random',
+               '--criteria=exact,top3')
+  assert result.returncode != 0
+  assert "criterion 'top3'" in result.stderr

@@ -1,0 +1,87 @@
+"""The benchmark runner: rows present, ratios computed right, no recompiles."""
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import generate
+from bpd_jax.bench import runner
+from bpd_jax.data import batching
+from bpd_jax.models import Transformer, TransformerConfig
+
+
+def test_sweep_order_and_combinations():
+  settings = runner.sweep([2, 4], ['exact', 'top-k:2'], [1, 3])
+  names = [s.name for s in settings]
+  assert names == ['greedy', 'k=2', 'k=4', 'k=4 l=3', 'k=2 top-k:2',
+                   'k=4 top-k:2', 'k=4 top-k:2 l=3', 'auto']
+  assert runner.sweep([2], auto=False)[-1].name == 'k=2'
+
+
+def test_sweep_refuses_a_bad_criterion():
+  with pytest.raises(ValueError, match="criterion 'top3'"):
+    runner.sweep([2], ['top3'])
+
+
+@pytest.fixture(scope='module')
+def rows():
+  config = TransformerConfig(
+      vocab_size=12, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+      num_decoder_layers=1, dropout_rate=0.0, max_source_len=8,
+      max_target_len=32, num_proposal_heads=3)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  sources = [list(rng.integers(3, 12, rng.integers(1, 8))) + [1]
+             for _ in range(5)]
+  batches = {b: list(batching.eval_batches(sources, b, 8)) for b in (1, 4)}
+  inputs = batching.pad_rows(sources, 8)
+  tuning = generate.tune_k(model, inputs, max_len=10)
+  settings = runner.sweep([2, 3]) + [
+      runner.Setting('blockwise', 3, 'top-k:2', 2)]
+  return runner.run(model, batches, settings, max_len=10, repeats=2,
+                    tuning=tuning, quality=lambda tokens: float(len(tokens)),
+                    progress=lambda line: None)
+
+
+def test_a_row_per_batch_size_and_setting(rows):
+  assert len(rows) == 2 * 5
+  assert all(set(row) == set(runner.COLUMNS) for row in rows)
+  assert [row['batch_size'] for row in rows] == [1] * 5 + [4] * 5
+  assert [row['decoder'] for row in rows[:5]] == [
+      'greedy', 'blockwise', 'blockwise', 'auto', 'blockwise']
+
+
+def test_ratios(rows):
+  for row in rows:
+    greedy = next(r for r in rows if r['batch_size'] == row['batch_size']
+                  and r['decoder'] == 'greedy')
+    assert row['speedup'] == pytest.approx(greedy['wall_s'] / row['wall_s'],
+                                           rel=0.01, abs=0.002)
+    bound = (row['mean_accepted_block'] * row['step_cost_1_ms']
+             / row['step_cost_k_ms'])
+    assert row['efficiency'] == pytest.approx(row['speedup'] / bound,
+                                              rel=0.01, abs=0.002)
+    assert row['tokens_per_s'] == pytest.approx(row['tokens'] / row['wall_s'],
+                                                rel=0.01)
+    assert row['memory_vs_greedy'] == pytest.approx(
+        row['peak_memory_mb'] / greedy['peak_memory_mb'], rel=0.01)
+    assert row['quality'] == 5.0
+
+
+def test_exact_rows_equal_greedy_and_nothing_recompiles(rows):
+  for row in rows:
+    assert row['recompiles'] == 0
+    assert row['compile_s'] >= 0
+    if row['criterion'] == 'exact' and row['min_block'] == 1:
+      assert row['identical_to_greedy'] == 1.0
+      assert row['differences'] == 0
+    if row['decoder'] == 'greedy':
+      assert (row['k'], row['speedup'], row['efficiency'],
+              row['mean_accepted_block']) == (1, 1.0, 1.0, 1.0)
+    assert row['model_calls'] * row['mean_accepted_block'] == pytest.approx(
+        row['tokens'], rel=0.01)
+
+
+def test_first_setting_must_be_greedy():
+  with pytest.raises(ValueError, match='must be greedy'):
+    runner.run(None, {}, runner.sweep([2])[1:], max_len=4)

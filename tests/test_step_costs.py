@@ -1,0 +1,32 @@
+"""Step costs: measured per k, positive, bad k refused."""
+
+import math
+
+import pytest
+from flax import nnx
+
+from bpd_jax import step_costs
+from bpd_jax.models import Transformer, TransformerConfig
+
+CONFIG = TransformerConfig(vocab_size=13, d_model=16, d_ff=32, num_heads=2,
+                           num_encoder_layers=1, num_decoder_layers=1,
+                           max_source_len=8, max_target_len=32,
+                           num_proposal_heads=3)
+
+
+@pytest.mark.parametrize('encoder_layers', [1, 0])
+def test_every_k_has_a_finite_cost(encoder_layers):
+  model = Transformer(CONFIG.__class__(**{
+      **CONFIG.__dict__, 'num_encoder_layers': encoder_layers}),
+                      rngs=nnx.Rngs(0))
+  costs = step_costs.measure_all(model, [1, 3], batch_size=2, source_len=5,
+                                 max_len=10, repeats=2)
+  assert set(costs) == {1, 3}
+  assert all(math.isfinite(c) and c >= 0 for c in costs.values())
+
+
+@pytest.mark.parametrize('k', [0, 4])
+def test_k_outside_the_heads(k):
+  model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r'must be in \[1, 3\]'):
+    step_costs.measure(model, batch_size=1, source_len=4, max_len=8, k=k)
