@@ -402,7 +402,8 @@ def _progress_line(summary, step, phase_end) -> str:
 
 
 def _periodic_eval(config, graphdef, state, task, mesh, writer, step, log):
-  model = nnx.merge(graphdef, state['params'])
+  model, mesh = decode_eval.placement(nnx.merge(graphdef, state['params']),
+                                     config, mesh, log=lambda m: None)
   k = model.config.num_proposal_heads
   decoders = [decode_eval.DecoderSpec()]
   if k > 1:

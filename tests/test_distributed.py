@@ -64,10 +64,10 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start(workdir, steps, devices, **env):
+def start(workdir, steps, devices, *flags, **env):
   return subprocess.Popen(
       [sys.executable, '-m', 'bpd_jax.main', *TINY, f'--workdir={workdir}',
-       f'--config.train.base_steps={steps}'],
+       f'--config.train.base_steps={steps}', *flags],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu',
            'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}',
@@ -84,10 +84,10 @@ def finish(process):
   return out
 
 
-def run_two_processes(workdir, steps):
+def run_two_processes(workdir, steps, *flags):
   """Both processes' stdout, from one job of 2 processes x 2 devices."""
   port = free_port()
-  processes = [start(workdir, steps, 2,
+  processes = [start(workdir, steps, 2, *flags,
                      JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}',
                      JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i))
                for i in range(2)]
@@ -96,13 +96,20 @@ def run_two_processes(workdir, steps):
 
 def test_two_processes_train_checkpoint_and_resume_as_one(tmp_path):
   first = run_two_processes(tmp_path / 'two', 6)
-  resumed = run_two_processes(tmp_path / 'two', 10)
+  # Then evaluation at batch size 1: each process decodes on one device.
+  resumed = run_two_processes(tmp_path / 'two', 10,
+                              '--config.eval.after_training=true',
+                              '--config.eval.num_examples=3')
   single = finish(start(tmp_path / 'one', 10, 4))
   for index, out in enumerate(resumed):
     assert 'Resumed from step 6' in out
     assert (f"Mesh {{'data': 4}} over 4 devices in 2 process(es); this is "
             f'process {index}.') in out
   assert "Mesh {'data': 4} over 4 devices in 1 process(es)" in single
+  for out in resumed:
+    assert 'decoding on one device per process' in out
+  assert '| greedy ' in resumed[0]  # Process 0 prints the table.
+  assert (tmp_path / 'two' / 'eval_validation.json').exists()
   expected = LOSS.findall(single)
   assert [s for s, _ in expected] == ['2', '4', '6', '8', '10']
   for process in range(2):

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from bpd_jax import config_checks
@@ -94,9 +95,9 @@ def test_bad_fields(section, field, value, message):
 
 
 def local_config(arg):
-  config = wmt_config(arg)
-  config.mesh.shape = (1,)  # Batch-1 decoding on one of the 8 test devices.
-  return config
+  """The config of `arg`, on the 8 test devices: training batches split
+  over all 8, batch-1 decoding on one of them."""
+  return wmt_config(arg)
 
 
 def quiet(_):
@@ -116,6 +117,7 @@ def local_base(tmp_path_factory):
 
 def test_runlocal_base_trains_and_decodes(local_base):
   base_dir, report = local_base
+  assert jax.device_count() == 8
   assert os.path.exists(os.path.join(base_dir, 'vocab.model'))
   assert os.path.exists(os.path.join(base_dir, 'eval_test.json'))
   assert [r['decoder'] for r in report['rows']] == ['greedy']
@@ -153,6 +155,8 @@ def test_runlocal_distilled_run(local_base, tmp_path):
   """Distil with the runlocal base, then train k=2 heads on the corpus."""
   base_dir, corpus = local_base[0], str(tmp_path / 'corpus')
   config = local_config('runlocal')
+  # bpd_jax.distill shards its batches over the mesh: one device for batch 1.
+  config.mesh.shape = (1,)
   counts = distill.distill(config, base_dir, corpus, log=quiet)
   assert set(counts) == {'train', 'validation', 'test'}
   config = local_config(f'runlocal,k=2,distilled={corpus},'
