@@ -353,11 +353,8 @@ class Transformer(nnx.Module):
       vocab = self.target_embed.embedding[...].T
     else:
       vocab = self.output.kernel[...]
-    # The barrier keeps XLA from folding the transpose back into each use,
-    # i.e. into the loop.
-    vocab = jax.lax.optimization_barrier(vocab.astype(_dtype(self.config.dtype)))
     return DecodingWeights(
-        vocab=vocab, scoring=self.heads.weights(0, 1),
+        vocab=vocab.astype(_dtype(self.config.dtype)), scoring=self.heads.weights(0, 1),
         proposals=self.heads.weights(1, k - 1) if k > 1 else None)
 
   def next_token_logits(self, hidden: jax.Array,
