@@ -52,13 +52,15 @@ class _Options:
 class Decoder:
   """Greedy and blockwise decoding with one model's weights.
 
-  Every call hands the weights to the compiled decoder. Flattening an NNX
-  module for that walks its object graph (~0.2 ms a call for the demo
-  model, a quarter of decoding a sentence at batch 1); a Decoder splits the
-  model once into structure and weights, whose arrays flatten ~5x faster.
-  It holds the weights as they were when it was made: after changing the
-  model (more training), make a new one. `greedy` and `blockwise`, the
-  module functions, take the model itself and suit one-off calls.
+  Every call hands the weights to the compiled decoder. Passing the NNX
+  module itself means flattening its object graph and hashing its structure
+  for the compilation cache on every call (~0.3 ms for the demo model, a
+  third of decoding a sentence at batch 1). A Decoder takes the model apart
+  once: its compiled programs close over the structure, and a call passes
+  only the flat list of weight arrays. It holds the weights as they were
+  when it was made: after changing the model (more training), make a new
+  one. `greedy` and `blockwise`, the module functions, take the model
+  itself and suit one-off calls.
   """
 
   def __init__(self, model: Transformer, mesh=None,
@@ -73,7 +75,17 @@ class Decoder:
     self.model = _replicate(model, mesh)
     self.config = model.config
     self.mesh, self.batch_axis = mesh, batch_axis
-    self._graphdef, self._weights = nnx.split(self.model)
+    graphdef, weights = nnx.split(self.model)
+    self._weights, treedef = jax.tree_util.tree_flatten(weights)
+
+    def decode(weights, inputs, options):
+      weights = jax.tree_util.tree_unflatten(treedef, weights)
+      return _decode_body(nnx.merge(graphdef, weights), inputs, options)
+    self._decode = jax.jit(decode, static_argnames=('options',))
+
+  def compilations(self) -> int:
+    """Programs this decoder has compiled (to see recompilations)."""
+    return self._decode._cache_size()  # pylint: disable=protected-access
 
   def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
     """Greedy decoding (the reference output of exact blockwise decoding).
@@ -152,7 +164,7 @@ class Decoder:
   def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,
                                       options.k))
-    return _decode_split(self._graphdef, self._weights, inputs, options)
+    return self._decode(self._weights, inputs, options=options)
 
   def _place(self, inputs: np.ndarray):
     """Shards the batch over the mesh, if any."""
@@ -171,13 +183,16 @@ class _ModelDecoder(Decoder):
   """A Decoder that hands the model itself to the compiled decoder.
 
   For one-off calls: taking a model apart (`nnx.split`, ~4 ms for a small
-  one) costs more than flattening it once (~0.2 ms).
+  one) and compiling for it costs more than flattening it (~0.3 ms).
   """
 
   def __init__(self, model: Transformer, mesh, batch_axis):
     self.model = _replicate(model, mesh)
     self.config = model.config
     self.mesh, self.batch_axis = mesh, batch_axis
+
+  def compilations(self) -> int:
+    return compiled_decoders()
 
   def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,
@@ -218,14 +233,15 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
       min_block=min_block, tuning=tuning)
 
 
-def tune_k(model: Transformer, inputs, *, max_len: int,
+def tune_k(model: Transformer | Decoder, inputs, *, max_len: int,
            criterion: decoding.Criterion = decoding.Exact(),
            batch_size: int = 8, margin: float = 0.05,
            candidates=None) -> auto_k.AutoK:
   """Acceptance statistics for k='auto', from a decode at the largest k.
 
   Args:
-    model: the Transformer.
+    model: the Transformer, or a Decoder of it (whose compiled programs are
+      then reused).
     inputs: [examples, length] calibration inputs, like the ones to decode
       (e.g. training sources: not the data the decodes are judged on).
     max_len: most tokens to generate per example.
@@ -243,7 +259,7 @@ def tune_k(model: Transformer, inputs, *, max_len: int,
   """
   inputs = np.asarray(inputs)
   k = model.config.num_proposal_heads
-  decoder = Decoder(model)
+  decoder = model if isinstance(model, Decoder) else Decoder(model)
   appended = []
   for start in range(0, len(inputs), batch_size):
     chunk = inputs[start:start + batch_size]
@@ -276,9 +292,8 @@ def memory_bytes(model: Transformer, inputs, *, max_len: int, k: int = 0,
 
 
 def compiled_decoders() -> int:
-  """Decoder programs compiled so far in this process (to see recompiles)."""
-  # pylint: disable-next=protected-access
-  return _decode._cache_size() + _decode_split._cache_size()
+  """Programs the module functions have compiled (to see recompilations)."""
+  return _decode._cache_size()  # pylint: disable=protected-access
 
 
 def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
@@ -369,8 +384,3 @@ def _decode_body(model: Transformer, inputs, options: _Options):
 # static part of the compilation key.
 _decode = jax.jit(_decode_body, static_argnames=('options',))
 
-
-@functools.partial(jax.jit, static_argnames=('graphdef', 'options'))
-def _decode_split(graphdef, weights, inputs, options: _Options):
-  """_decode_body on a model taken apart (Decoder)."""
-  return _decode_body(nnx.merge(graphdef, weights), inputs, options)

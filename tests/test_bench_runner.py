@@ -35,10 +35,11 @@ def rows():
              for _ in range(5)]
   batches = {b: list(batching.eval_batches(sources, b, 8)) for b in (1, 4)}
   inputs = batching.pad_rows(sources, 8)
-  tuning = generate.tune_k(model, inputs, max_len=10)
+  decoder = generate.Decoder(model)
+  tuning = generate.tune_k(decoder, inputs, max_len=10)
   settings = runner.sweep([2, 3]) + [
       runner.Setting('blockwise', 3, 'top-k:2', 2)]
-  return runner.run(model, batches, settings, max_len=10, repeats=2,
+  return runner.run(decoder, batches, settings, max_len=10, repeats=2,
                     tuning=tuning, quality=lambda tokens: float(len(tokens)),
                     progress=lambda line: None)
 

@@ -283,11 +283,13 @@ def test_decoder_equals_the_module_functions_without_recompiling():
                                 generate.greedy(model, inputs,
                                                 max_len=12).tokens)
   compiled = generate.compiled_decoders()
+  assert decoder.compilations() == 2
   for _ in range(3):
     decoder.blockwise(inputs, k=3, max_len=12)
     decoder.greedy(inputs, max_len=12)
     generate.blockwise(model, inputs, k=3, max_len=12)
   assert generate.compiled_decoders() == compiled
+  assert decoder.compilations() == 2
 
 
 def test_decoder_on_a_mesh():

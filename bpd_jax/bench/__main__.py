@@ -126,6 +126,7 @@ def main(argv):
   batches = {b: list(batching.eval_batches(sources, b, max_source_len))
              for b in batch_sizes}
 
+  decoder = generate.Decoder(model)
   tuning = None
   if _CALIBRATION.value:
     calibration, _ = task.sources('train', max_source_len,
@@ -133,7 +134,7 @@ def main(argv):
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
     tuning = generate.tune_k(
-        model, batching.pad_rows(calibration, max_source_len),
+        decoder, batching.pad_rows(calibration, max_source_len),
         max_len=max_len, candidates=ks)
 
   def bleu(tokens):
@@ -141,7 +142,7 @@ def main(argv):
                             references)[0]
 
   begin = time.perf_counter()
-  rows = runner.run(model, batches, settings, max_len=max_len,
+  rows = runner.run(decoder, batches, settings, max_len=max_len,
                     repeats=repeats, tuning=tuning, quality=bleu,
                     progress=lambda line: print(line, flush=True))
   meta = dict(

@@ -83,7 +83,8 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   return settings + ([Setting('auto')] if auto else [])
 
 
-def run(model, batches: dict[int, list[tuple[np.ndarray, int]]],
+def run(decoder: generate.Decoder,
+        batches: dict[int, list[tuple[np.ndarray, int]]],
         settings: Sequence[Setting], *, max_len: int, repeats: int = 3,
         tuning: auto_k.AutoK | None = None,
         quality: Callable[[np.ndarray], float] | None = None,
@@ -91,7 +92,7 @@ def run(model, batches: dict[int, list[tuple[np.ndarray, int]]],
   """Benchmarks every setting at every batch size.
 
   Args:
-    model: the Transformer.
+    decoder: the model's Decoder.
     batches: {batch size: [(inputs [batch, length], real rows), ...]}, the
       same examples at every batch size (the last batch filled up).
     settings: from `sweep`; greedy first.
@@ -109,7 +110,6 @@ def run(model, batches: dict[int, list[tuple[np.ndarray, int]]],
     raise ValueError('the first setting must be greedy (the reference).')
   if any(s.decoder == 'auto' for s in settings) and tuning is None:
     raise ValueError("the 'auto' setting needs a tuning (generate.tune_k).")
-  decoder = generate.Decoder(model)
   rows = []
   for batch_size, batch_list in batches.items():
     rows += _run_batch_size(decoder, batch_size, batch_list, settings,
@@ -143,14 +143,14 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   for round_ in range(repeats):
     progress(f'batch {batch_size}: timed round {round_ + 1}/{repeats}')
     for setting in settings:
-      before = generate.compiled_decoders()
+      before = decoder.compilations()
       begin = time.perf_counter()
       results[setting] = [setting.run(decoder, inputs, max_len, tuning)
                           for inputs, _ in batch_list]
       jax.block_until_ready(results[setting])
       times[setting].append(time.perf_counter() - begin)
       compiled[setting]['recompiles'] += (
-          generate.compiled_decoders() - before)
+          decoder.compilations() - before)
 
   inputs = np.concatenate([inputs[:real] for inputs, real in batch_list])
   greedy = settings[0]
