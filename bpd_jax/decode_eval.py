@@ -51,11 +51,11 @@ class DecoderSpec:
     extra += f' l={self.min_block}' if self.min_block > 1 else ''
     return f'blockwise k={self.k}{extra}'
 
-  def run(self, model, sources, max_len, mesh):
+  def run(self, decoder: generate.Decoder, sources, max_len):
     if not self.k:
-      return generate.greedy(model, sources, max_len=max_len, mesh=mesh)
-    return generate.blockwise(
-        model, sources, k=self.k, max_len=max_len, mesh=mesh,
+      return decoder.greedy(sources, max_len=max_len)
+    return decoder.blockwise(
+        sources, k=self.k, max_len=max_len,
         criterion=decoding.from_spec(self.criterion),
         min_block=self.min_block)
 
@@ -112,11 +112,12 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   references = [target for _, target in pairs]
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
+  decoder = generate.Decoder(model, mesh=mesh)
   rows, reference_tokens, greedy_wall = [], None, None
   for spec in decoders:
-    jax.block_until_ready(spec.run(model, batches[0][0], max_len, mesh))
+    jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
     start = time.perf_counter()
-    results = [(spec.run(model, inputs, max_len, mesh), real)
+    results = [(spec.run(decoder, inputs, max_len), real)
                for inputs, real in batches]
     jax.block_until_ready([r for r, _ in results])
     wall = time.perf_counter() - start

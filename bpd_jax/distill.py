@@ -43,9 +43,9 @@ def distill(config, workdir: str, output_dir: str, log=print) -> dict:
   translations = []
   batches = batching.eval_batches(sources, config.eval.batch_size,
                                   model.config.max_source_len)
+  decoder = generate.Decoder(model, mesh=mesh)
   for i, (inputs, real) in enumerate(batches):
-    result = generate.greedy(model, inputs, max_len=config.eval.max_len,
-                             mesh=mesh)
+    result = decoder.greedy(inputs, max_len=config.eval.max_len)
     tokens = np.asarray(result.tokens)[:real]
     translations += [task.vocab.decode(row) for row in tokens]
     if i % 100 == 0:

@@ -77,14 +77,11 @@ class Decoder:
     self.mesh, self.batch_axis = mesh, batch_axis
     graphdef, weights = nnx.split(self.model)
     self._weights, treedef = jax.tree_util.tree_flatten(weights)
-
-    def decode(weights, inputs, options):
-      weights = jax.tree_util.tree_unflatten(treedef, weights)
-      return _decode_body(nnx.merge(graphdef, weights), inputs, options)
-    self._decode = jax.jit(decode, static_argnames=('options',))
+    self._decode = _structure_decoder(graphdef, treedef)
 
   def compilations(self) -> int:
-    """Programs this decoder has compiled (to see recompilations)."""
+    """Programs compiled for this decoder's model structure (to see
+    recompilations)."""
     return self._decode._cache_size()  # pylint: disable=protected-access
 
   def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
@@ -383,4 +380,17 @@ def _decode_body(model: Transformer, inputs, options: _Options):
 # The model as a pytree (module functions): its structure and config are the
 # static part of the compilation key.
 _decode = jax.jit(_decode_body, static_argnames=('options',))
+
+
+@functools.lru_cache(maxsize=32)
+def _structure_decoder(graphdef, treedef):
+  """The jitted decoder of one model structure, taking its flat weights.
+
+  Shared by Decoders of models with the same structure (e.g. one a periodic
+  evaluation during training), so they reuse each other's compilations.
+  """
+  def decode(weights, inputs, options):
+    weights = jax.tree_util.tree_unflatten(treedef, weights)
+    return _decode_body(nnx.merge(graphdef, weights), inputs, options)
+  return jax.jit(decode, static_argnames=('options',))
 
