@@ -11,8 +11,10 @@ the data. `AutoK` puts the two together:
   each call appended (j = 1..K). With a smaller k the same run of right
   proposals is cut at k, so example i's mean block at k is estimated as
   E_i[min(j, k)], and its calls as L_i / E_i[min(j, k)].
-- Step costs T_B(k) for every k at batch size B (`step_costs`), measured on
-  this machine the first time a batch shape is decoded, then kept.
+- Step costs T_B(k): the seconds of one iteration of the real decoding loop
+  (model call, verification and bookkeeping) for every k at batch size B,
+  measured on this machine the first time a batch shape is decoded
+  (`generate.Decoder.iteration_seconds`), then kept.
 - A batch runs until its slowest example ends, so k's expected time at
   batch B is E[max over B examples of calls_i(k)] x T_B(k), the expectation
   taken over random batches of the calibration examples. k = 1 stands for
@@ -25,10 +27,9 @@ error, greedy decoding is the safe choice.
 
 import dataclasses
 import json
+from typing import Callable
 
 import numpy as np
-
-from bpd_jax import step_costs
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512
@@ -47,7 +48,8 @@ class AutoK:
       save to be chosen.
     candidates: the block sizes to choose from (greedy decoding, k = 1,
       always is one); None: 1..max_k.
-    step_costs: {(batch, source_len, max_len): {k: seconds}}, measured.
+    step_costs: {(batch, source_len, max_len): {k: seconds of one loop
+      iteration}}, measured.
   """
   appended: np.ndarray
   criterion: str = 'exact'
@@ -104,28 +106,22 @@ class AutoK:
       return 1
     return best
 
-  def costs(self, model, batch_size: int, source_len: int,
-            max_len: int) -> dict[int, float]:
-    """{k: seconds per call} at this shape, measured on first use."""
-    key = (batch_size, source_len, max_len)
-    if key not in self.step_costs:
-      ks = self.candidates or range(1, self.max_k + 1)
-      if max(ks) > model.config.num_proposal_heads:
-        raise ValueError(f'the tuning reaches k={max(ks)}; the model has '
-                         f'{model.config.num_proposal_heads} heads.')
-      self.step_costs[key] = step_costs.measure_all(
-          model, ks, batch_size=batch_size, source_len=source_len,
-          max_len=max_len)
-    return self.step_costs[key]
+  def choose(self, shape: tuple[int, int, int],
+             measure: Callable[[int], float]) -> int:
+    """The k to decode with (1: greedy decoding).
 
-  def choose(self, model, batch_size: int, source_len: int,
-             max_len: int) -> int:
-    """The k to decode a [batch_size, source_len] input with (1: greedy)."""
-    key = (batch_size, source_len, max_len)
-    if key not in self._choices:
-      self._choices[key] = self.choose_from(
-          self.costs(model, *key), batch_size)
-    return self._choices[key]
+    Args:
+      shape: (batch_size, source_len, max_len) of the decode.
+      measure: k -> seconds of one loop iteration at this shape; called
+        for each candidate k the first time a shape is seen.
+    """
+    if shape not in self._choices:
+      if shape not in self.step_costs:
+        ks = self.candidates or range(1, self.max_k + 1)
+        self.step_costs[shape] = {k: measure(k) for k in ks}
+      self._choices[shape] = self.choose_from(self.step_costs[shape],
+                                              shape[0])
+    return self._choices[shape]
 
   def save(self, path: str) -> None:
     """Writes the statistics and the measured costs as JSON."""

@@ -27,6 +27,7 @@ to shard the batch over its `batch_axis` (parameters are replicated).
 
 import dataclasses
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -78,6 +79,7 @@ class Decoder:
     graphdef, weights = nnx.split(self.model)
     self._weights, treedef = jax.tree_util.tree_flatten(weights)
     self._decode = _structure_decoder(graphdef, treedef)
+    self._layouts = {}  # k -> DecodingWeights, made on first use.
 
   def compilations(self) -> int:
     """Programs compiled for this decoder's model structure (to see
@@ -156,12 +158,61 @@ class Decoder:
     shape = np.shape(inputs)
     if len(shape) != 2:
       raise ValueError(f'inputs must be [batch, length]; got shape {shape}.')
-    return tuning.choose(self.model, shape[0], shape[1], max_len)
+    return tuning.choose(
+        (shape[0], shape[1], max_len),
+        lambda k: self.iteration_seconds(k, shape[0], shape[1], max_len))
 
   def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,
                                       options.k))
-    return self._decode(self._weights, inputs, options=options)
+    return self._decode(self._weights, self._layout(options.k), inputs,
+                        options=options)
+
+  def iteration_seconds(self, k: int, batch_size: int, source_len: int,
+                        max_len: int, repeats: int = 5) -> float:
+    """Seconds of one iteration of the decoding loop (k = 1: greedy's).
+
+    The real loop, model call and bookkeeping, at this shape: the slope of
+    the decode's time between two forced loop lengths, so that the encoder,
+    the prompt pass and the call's fixed cost cancel out.
+
+    Args:
+      k: block size; 1 times the greedy decoder.
+      batch_size: examples per call.
+      source_len: input length (source or prompt).
+      max_len: tokens a decode generates at most (sets the buffer sizes).
+      repeats: timings of each loop length; the fastest is kept.
+    """
+    options = (_Options(greedy=True, max_len=max_len) if k == 1 else
+               _Options(greedy=False, max_len=max_len, k=k))
+    inputs = self._place(np.full((batch_size, source_len),
+                                 self.config.eos_id, np.int32))
+    layout = self._layout(options.k)
+
+    def fastest(iterations):
+      run = lambda: jax.block_until_ready(self._decode(
+          self._weights, layout, inputs, options=options,
+          iterations=np.int32(iterations)))
+      run()  # Compiles (once for both lengths) and warms up.
+      return min(_seconds(run) for _ in range(repeats))
+
+    short, long = 4, 36
+    return max(fastest(long) - fastest(short), 0.0) / (long - short)
+
+  def _layout(self, k: int):
+    """The output weights of k heads laid out for decoding, once.
+
+    Inside a decode they would be re-laid out on every call (the vocabulary
+    table transposed, the heads' weights sliced): at batch 1 that is a
+    tenth of a short sentence's decode.
+    """
+    if k not in self._layouts:
+      layout = _output_layout(self.model, k)
+      if self._layouts:  # One vocabulary table serves every k.
+        vocab = next(iter(self._layouts.values())).vocab
+        layout = dataclasses.replace(layout, vocab=vocab)
+      self._layouts[k] = layout
+    return self._layouts[k]
 
   def _place(self, inputs: np.ndarray):
     """Shards the batch over the mesh, if any."""
@@ -340,6 +391,12 @@ def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
   return array.astype(np.int32)
 
 
+def _seconds(run) -> float:
+  begin = time.perf_counter()
+  run()
+  return time.perf_counter() - begin
+
+
 def _replicate(model, mesh):
   if mesh is None:
     return model
@@ -347,8 +404,13 @@ def _replicate(model, mesh):
       mesh, jax.sharding.PartitionSpec()))
 
 
-def _decode_body(model: Transformer, inputs, options: _Options):
-  """The whole decode of a batch: encoder, prompt pass, decoding loop."""
+def _decode_body(model: Transformer, inputs, options: _Options,
+                 weights=None, iterations=None):
+  """The whole decode of a batch: encoder, prompt pass, decoding loop.
+
+  `weights` are the model's `decoding_weights(options.k)`, laid out here
+  when not given; `iterations` forces the loop's length (timing).
+  """
   config = model.config
   batch = inputs.shape[0]
   if config.is_encoder_decoder:
@@ -361,7 +423,8 @@ def _decode_body(model: Transformer, inputs, options: _Options):
   cache = model.init_cache(
       batch, prompt_lib.required_positions(prompt.shape[1], options.max_len,
                                            k), source)
-  weights = model.decoding_weights(k)  # Laid out once, outside the loop.
+  if weights is None:  # Laid out once, outside the loop.
+    weights = model.decoding_weights(k)
   fns = decoding.DecodingFns(
       extend=model.extend,
       next_token_logits=functools.partial(model.next_token_logits,
@@ -369,7 +432,7 @@ def _decode_body(model: Transformer, inputs, options: _Options):
       proposal_logits=functools.partial(model.proposal_logits, k=k,
                                         weights=weights))
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
-             pad_id=config.pad_id)
+             pad_id=config.pad_id, iterations=iterations)
   if options.greedy:
     return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
   return decoding.blockwise_decode(
@@ -389,8 +452,14 @@ def _structure_decoder(graphdef, treedef):
   Shared by Decoders of models with the same structure (e.g. one a periodic
   evaluation during training), so they reuse each other's compilations.
   """
-  def decode(weights, inputs, options):
+  def decode(weights, layout, inputs, options, iterations=None):
     weights = jax.tree_util.tree_unflatten(treedef, weights)
-    return _decode_body(nnx.merge(graphdef, weights), inputs, options)
+    return _decode_body(nnx.merge(graphdef, weights), inputs, options,
+                        layout, iterations)
   return jax.jit(decode, static_argnames=('options',))
+
+
+@functools.partial(jax.jit, static_argnames=('k',))
+def _output_layout(model: Transformer, k: int):
+  return model.decoding_weights(k)
 

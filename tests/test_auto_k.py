@@ -90,13 +90,25 @@ def test_auto_decodes_as_greedy_with_the_chosen_k():
     assert chosen == (k or tuning.choose_from(costs, 4))
 
 
-def test_auto_measures_step_costs_of_a_new_shape():
+def test_auto_measures_loop_costs_of_a_new_shape():
   model, inputs = model_and_inputs()
   tuning = generate.tune_k(model, inputs, max_len=8, candidates=(2,))
-  generate.Decoder(model).blockwise(inputs[:1], k='auto', max_len=8,
-                                    tuning=tuning)
+  decoder = generate.Decoder(model)
+  decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
   assert set(tuning.step_costs) == {(1, 6, 8)}
-  assert set(tuning.step_costs[(1, 6, 8)]) == {1, 2}
+  costs = tuning.step_costs[(1, 6, 8)]
+  assert set(costs) == {1, 2} and all(c >= 0 for c in costs.values())
+  # Measured once: the next call of that shape only looks its choice up.
+  compiled = decoder.compilations()
+  decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
+  assert decoder.compilations() == compiled
+
+
+def test_iteration_seconds_of_greedy_and_blockwise_loops():
+  model, _ = model_and_inputs()
+  decoder = generate.Decoder(model)
+  for k in (1, 3):
+    assert decoder.iteration_seconds(k, 2, 5, 10, repeats=2) >= 0
 
 
 @pytest.mark.parametrize('kwargs,message', [

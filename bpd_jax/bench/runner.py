@@ -26,7 +26,7 @@ import numpy as np
 from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import generate
-from bpd_jax import step_costs
+from bpd_jax.bench import step_costs
 from bpd_jax.bench import near_ties
 
 COLUMNS = (
@@ -98,8 +98,8 @@ def run(decoder: generate.Decoder,
     settings: from `sweep`; greedy first.
     max_len: most tokens generated per example.
     repeats: timed rounds over all batches per setting.
-    tuning: for the 'auto' setting (`generate.tune_k`); it is given the step
-      costs measured here.
+    tuning: for the 'auto' setting (`generate.tune_k`); it measures its own
+      loop costs while the setting compiles.
     quality: tokens [examples, max_len] -> a quality score (e.g. BLEU).
     progress: one line per step of the run.
 
@@ -128,8 +128,6 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   progress(f'batch {batch_size}: step costs T(k) for k = {ks}')
   costs = step_costs.measure_all(model, ks, batch_size=batch_size,
                                  source_len=source_len, max_len=max_len)
-  if tuning is not None:
-    tuning.step_costs[(batch_size, source_len, max_len)] = costs
 
   compiled = {}
   for i, setting in enumerate(settings):

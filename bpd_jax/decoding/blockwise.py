@@ -52,7 +52,8 @@ class BlockwiseState:
 
 
 def verify(criterion: criteria_lib.Criterion, drafts: jax.Array,
-           logits: jax.Array, min_accepted: int) -> tuple[jax.Array, jax.Array]:
+           logits: jax.Array, min_accepted: int,
+           best: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Picks, per example, the candidate draft with the longest accepted prefix.
 
   Written for several candidates per example (the top-p refined drafts of
@@ -64,12 +65,13 @@ def verify(criterion: criteria_lib.Criterion, drafts: jax.Array,
     logits: [batch, candidates, n, vocab] the scoring model's logits at the
       positions of the drafts, each conditioned on its own draft.
     min_accepted: proposals taken even where verification fails.
+    best: [batch, candidates, n] argmax of `logits`, if already taken.
 
   Returns:
     (chosen candidate [batch], accepted proposals of it [batch]).
   """
-  counts = criteria_lib.accepted_count(criterion.accepts(drafts, logits),
-                                       min_accepted)
+  counts = criteria_lib.accepted_count(
+      criterion.accepts(drafts, logits, best), min_accepted)
   choice = jnp.argmax(counts, axis=-1)
   return choice, jnp.max(counts, axis=-1)
 
@@ -78,7 +80,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      prompt_lengths: jax.Array, *, k: int, max_len: int,
                      eos_id: int, pad_id: int,
                      criterion: criteria_lib.Criterion = criteria_lib.Exact(),
-                     min_block: int = 1) -> DecodeResult:
+                     min_block: int = 1,
+                     iterations: jax.Array | None = None) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
   Args:
@@ -94,6 +97,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     criterion: verification criterion; Exact() reproduces greedy decoding.
     min_block: l, the fewest tokens a call appends (1 <= l <= k); l > 1
       accepts the first l - 1 proposals unverified.
+    iterations: exactly this many loop iterations (timing; see
+      `prompt.run_loop`); None: until every example has ended.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
@@ -113,12 +118,11 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
 
-  state = jax.lax.while_loop(
-      lambda s: ~jnp.all(s.done),
+  state = prompt_lib.run_loop(
       functools.partial(_blockwise_step, fns, prompt_lengths, k=k,
                         max_len=max_len, eos_id=eos_id, pad_id=pad_id,
                         criterion=criterion, min_block=min_block),
-      state)
+      state, iterations)
   return DecodeResult(tokens=state.tokens[:, :max_len], lengths=state.lengths,
                       model_calls=state.model_calls,
                       block_sizes=state.block_sizes)
@@ -144,7 +148,8 @@ def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
     accepted = jnp.zeros_like(state.lengths)
   else:
     _, accepted = verify(criterion, state.block[:, None, 1:],
-                         logits[:, None, :-1], min_block - 1)
+                         logits[:, None, :-1], min_block - 1,
+                         scored[:, None, :-1])
 
   # Appended tokens: the accepted proposals, then the scoring model's token.
   position = jnp.arange(k)

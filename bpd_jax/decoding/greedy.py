@@ -35,7 +35,8 @@ class GreedyState:
 
 def greedy_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                   prompt_lengths: jax.Array, *, max_len: int, eos_id: int,
-                  pad_id: int) -> DecodeResult:
+                  pad_id: int,
+                  iterations: jax.Array | None = None) -> DecodeResult:
   """Greedy decoding of a batch, each example ending at its own eos_id.
 
   Args:
@@ -47,6 +48,8 @@ def greedy_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     max_len: most tokens to generate per example, >= 1.
     eos_id: end-of-sequence id (kept in the output).
     pad_id: filler past each example's end.
+    iterations: exactly this many loop iterations (timing; see
+      `prompt.run_loop`); None: until every example has ended.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, 2].
@@ -61,21 +64,16 @@ def greedy_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       done=(first == eos_id) | (max_len == 1),
       cache=cache)
 
-  state = jax.lax.while_loop(
-      _unfinished,
+  state = prompt_lib.run_loop(
       functools.partial(_greedy_step, fns, prompt_lengths, max_len=max_len,
                         eos_id=eos_id, pad_id=pad_id),
-      state)
+      state, iterations)
   calls = state.lengths  # One token per call.
   return DecodeResult(
       tokens=state.tokens[:, :max_len],
       lengths=state.lengths,
       model_calls=calls,
       block_sizes=jnp.stack([jnp.zeros_like(calls), calls], axis=1))
-
-
-def _unfinished(state) -> jax.Array:
-  return ~jnp.all(state.done)
 
 
 def _greedy_step(fns, prompt_lengths, state: GreedyState, *, max_len, eos_id,

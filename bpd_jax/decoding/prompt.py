@@ -38,6 +38,22 @@ def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   return ops.take_at(features, prompt_lengths - 1), cache
 
 
+def run_loop(step, state, iterations: jax.Array | None = None):
+  """Runs the decoding loop: `step` until every example is done.
+
+  Args:
+    step: state -> state, one model call and its bookkeeping.
+    state: the loop state; its `done` [batch] says which examples ended.
+    iterations: run exactly this many steps instead, finished or not (a
+      traced count: one compilation for any number). For timing one
+      iteration of the real loop (`generate.Decoder.iteration_seconds`):
+      finished examples cost as much as unfinished ones, shapes are fixed.
+  """
+  if iterations is None:
+    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+  return jax.lax.fori_loop(0, iterations, lambda _, s: step(s), state)
+
+
 def argmax(logits: jax.Array) -> jax.Array:
   """Greedy token ids: [..., vocab] -> [...] int32."""
   return ops.argmax(logits)

@@ -5,7 +5,7 @@ import math
 import pytest
 from flax import nnx
 
-from bpd_jax import step_costs
+from bpd_jax.bench import step_costs
 from bpd_jax.models import Transformer, TransformerConfig
 
 CONFIG = TransformerConfig(vocab_size=13, d_model=16, d_ff=32, num_heads=2,
