@@ -27,7 +27,6 @@ to shard the batch over its `batch_axis` (parameters are replicated).
 
 import dataclasses
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +35,7 @@ from flax import nnx
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
+from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.models.transformer import Transformer
 
@@ -173,8 +173,8 @@ class Decoder:
     """Seconds of one iteration of the decoding loop (k = 1: greedy's).
 
     The real loop, model call and bookkeeping, at this shape: the slope of
-    the decode's time between two forced loop lengths, so that the encoder,
-    the prompt pass and the call's fixed cost cancel out.
+    the decode's time between two forced loop lengths (`timing`), so that
+    the encoder, the prompt pass and the call's fixed cost cancel out.
 
     Args:
       k: block size; 1 times the greedy decoder.
@@ -188,16 +188,10 @@ class Decoder:
     inputs = self._place(np.full((batch_size, source_len),
                                  self.config.eos_id, np.int32))
     layout = self._layout(options.k)
-
-    def fastest(iterations):
-      run = lambda: jax.block_until_ready(self._decode(
-          self._weights, layout, inputs, options=options,
-          iterations=np.int32(iterations)))
-      run()  # Compiles (once for both lengths) and warms up.
-      return min(_seconds(run) for _ in range(repeats))
-
-    short, long = 4, 36
-    return max(fastest(long) - fastest(short), 0.0) / (long - short)
+    return timing.per_iteration_seconds(
+        lambda n: jax.block_until_ready(self._decode(
+            self._weights, layout, inputs, options=options,
+            iterations=np.int32(n))), repeats)
 
   def _layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -389,12 +383,6 @@ def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
         f'decoder positions; the model has max_target_len='
         f'{config.max_target_len}. Lower max_len or raise max_target_len.')
   return array.astype(np.int32)
-
-
-def _seconds(run) -> float:
-  begin = time.perf_counter()
-  run()
-  return time.perf_counter() - begin
 
 
 def _replicate(model, mesh):

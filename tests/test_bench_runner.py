@@ -67,6 +67,10 @@ def test_ratios(rows):
     assert row['memory_vs_greedy'] == pytest.approx(
         row['peak_memory_mb'] / greedy['peak_memory_mb'], rel=0.01)
     assert row['quality'] == 5.0
+    calls = {1: 5, 4: 2}[row['batch_size']]  # Decode calls of 5 sentences.
+    assert row['fixed_ms'] == pytest.approx(
+        (row['wall_s'] * 1e3 - (row['iterations'] - calls)
+         * row['iteration_ms']) / calls, rel=0.02, abs=1e-3)
 
 
 def test_exact_rows_equal_greedy_and_nothing_recompiles(rows):

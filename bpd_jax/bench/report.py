@@ -14,7 +14,8 @@ from bpd_jax.bench import runner
 TABLE_COLUMNS = (
     'batch_size', 'decoder', 'k', 'criterion', 'min_block', 'wall_s',
     'tokens_per_s', 'speedup', 'mean_accepted_block', 'step_cost_1_ms',
-    'step_cost_k_ms', 'efficiency', 'identical_to_greedy',
+    'step_cost_k_ms', 'iteration_ms', 'fixed_ms', 'efficiency',
+    'identical_to_greedy',
     'near_tie_differences', 'quality', 'compile_s', 'memory_vs_greedy',
     'recompiles')
 

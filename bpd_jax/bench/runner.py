@@ -1,7 +1,9 @@
 """Greedy and blockwise decoding timed side by side, one row per setting.
 
 For every batch size the runner
-1. measures the step costs T(k) of every k in the sweep (`step_costs`),
+1. measures the step costs T(k) of every k in the sweep (`step_costs`: one
+   model call) and the cost of one iteration of the decoding loop (model
+   call, verification, bookkeeping: `Decoder.iteration_seconds`),
 2. compiles every setting (timed: compile_s) and reads the compiled
    program's peak memory,
 3. decodes all batches with every setting in turn, `repeats` rounds, so
@@ -12,7 +14,10 @@ For every batch size the runner
 
 Speedup is greedy's median wall time over the setting's at the same batch
 size; efficiency = speedup / (mean accepted block x T(1) / T(k)), the part of
-the speedup the hardware allows that the implementation delivers.
+the speedup the hardware allows that the implementation delivers. Where the
+rest of the time goes: iteration_ms - step_cost_k_ms is the loop's own
+work per iteration, fixed_ms what each decode call costs outside its loop
+iterations (dispatch, encoder, prompt pass).
 """
 
 import dataclasses
@@ -34,7 +39,7 @@ COLUMNS = (
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
-    'speedup', 'efficiency', 'peak_memory_mb', 'memory_vs_greedy',
+    'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb', 'memory_vs_greedy',
     'recompiles')
 
 
@@ -128,6 +133,8 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   progress(f'batch {batch_size}: step costs T(k) for k = {ks}')
   costs = step_costs.measure_all(model, ks, batch_size=batch_size,
                                  source_len=source_len, max_len=max_len)
+  loop = {k: decoder.iteration_seconds(k, batch_size, source_len, max_len)
+          for k in ks}
 
   compiled = {}
   for i, setting in enumerate(settings):
@@ -179,6 +186,10 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
         quality=None if quality is None else round(quality(tokens), 2),
         step_cost_1_ms=_significant(costs[1] * 1e3),
         step_cost_k_ms=_significant(costs[k] * 1e3),
+        iteration_ms=_significant(loop[k] * 1e3),
+        fixed_ms=_significant(
+            (wall - (iterations - len(batch_list)) * loop[k])
+            / len(batch_list) * 1e3),
         speedup=round(speedup, 3),
         efficiency=round(float(speedup / bound), 3),
         peak_memory_mb=_significant(info['memory'] / 2**20),

@@ -12,24 +12,21 @@ close a decode comes to that bound and `auto_k` can pick the k that pays.
 
 A call is timed inside a jitted `lax.fori_loop` of n chained calls (each
 call's input is the previous call's argmax, so XLA cannot hoist or drop
-any), and T is the slope between two loop lengths: the fixed cost of a
-jitted call cancels out, as inside the decoders' own while loop.
+any), and T is the slope between two loop lengths (`bpd_jax.timing`): the
+fixed cost of a jitted call cancels out, as inside the decoders' own loop.
+The decoders' loop iterations, bookkeeping included, are timed the same way
+by `generate.Decoder.iteration_seconds`.
 """
 
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax import ops
+from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
-
-# Loop lengths whose difference gives the slope. Long enough that a call of
-# ~50 us adds up to milliseconds, short enough for a model of base size.
-_SHORT, _LONG = 4, 36
-
 
 @functools.partial(jax.jit, static_argnames=('k', 'positions'))
 def _chained_calls(model, source, k: int, positions: int, calls):
@@ -81,19 +78,10 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
   positions = prompt_lib.required_positions(
       1 if model.config.is_encoder_decoder else source_len, max_len, k)
   source = np.full((batch_size, source_len), model.config.eos_id, np.int32)
-
-  def fastest(calls):
-    run = lambda: jax.block_until_ready(
-        _chained_calls(model, source, k, positions, np.int32(calls)))
-    run()  # Compiles (once for both lengths) and warms up.
-    times = []
-    for _ in range(repeats):
-      begin = time.perf_counter()
-      run()
-      times.append(time.perf_counter() - begin)
-    return min(times)
-
-  return max(fastest(_LONG) - fastest(_SHORT), 0.0) / (_LONG - _SHORT)
+  return timing.per_iteration_seconds(
+      lambda calls: jax.block_until_ready(
+          _chained_calls(model, source, k, positions, np.int32(calls))),
+      repeats)
 
 
 def measure_all(model, ks, **shape) -> dict[int, float]:
