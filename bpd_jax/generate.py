@@ -82,8 +82,7 @@ class Decoder:
     self._layouts = {}  # k -> DecodingWeights, made on first use.
 
   def compilations(self) -> int:
-    """Programs compiled for this decoder's model structure (to see
-    recompilations)."""
+    """Programs compiled for this model structure (to see recompiles)."""
     return self._decode._cache_size()  # pylint: disable=protected-access
 
   def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
@@ -185,8 +184,9 @@ class Decoder:
     """
     options = (_Options(greedy=True, max_len=max_len) if k == 1 else
                _Options(greedy=False, max_len=max_len, k=k))
-    inputs = self._place(np.full((batch_size, source_len),
-                                 self.config.eos_id, np.int32))
+    inputs = self._place(check_inputs(
+        self.config, np.full((batch_size, source_len), self.config.eos_id),
+        max_len, options.k))
     layout = self._layout(options.k)
     return timing.per_iteration_seconds(
         lambda n: jax.block_until_ready(self._decode(
@@ -196,9 +196,9 @@ class Decoder:
   def _layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
 
-    Inside a decode they would be re-laid out on every call (the vocabulary
-    table transposed, the heads' weights sliced): at batch 1 that is a
-    tenth of a short sentence's decode.
+    Inside a decode they would be laid out again on every call (the
+    vocabulary table transposed, the heads' weights sliced), a fixed cost
+    that weighs most at batch 1.
     """
     if k not in self._layouts:
       layout = _output_layout(self.model, k)
@@ -235,6 +235,11 @@ class _ModelDecoder(Decoder):
 
   def compilations(self) -> int:
     return compiled_decoders()
+
+  def iteration_seconds(self, *args, **kwargs) -> float:
+    # Timing runs many calls: a Decoder's are the cheap ones.
+    return Decoder(self.model, self.mesh, self.batch_axis).iteration_seconds(
+        *args, **kwargs)
 
   def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,

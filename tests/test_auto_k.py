@@ -104,6 +104,16 @@ def test_auto_measures_loop_costs_of_a_new_shape():
   assert decoder.compilations() == compiled
 
 
+def test_module_function_measures_too():
+  model, inputs = model_and_inputs()
+  tuning = generate.tune_k(model, inputs, max_len=8, candidates=(3,))
+  result = generate.blockwise(model, inputs[:2], k='auto', max_len=8,
+                              tuning=tuning)
+  assert set(tuning.step_costs[(2, 6, 8)]) == {1, 3}
+  np.testing.assert_array_equal(
+      result.tokens, generate.greedy(model, inputs[:2], max_len=8).tokens)
+
+
 def test_iteration_seconds_of_greedy_and_blockwise_loops():
   model, _ = model_and_inputs()
   decoder = generate.Decoder(model)
