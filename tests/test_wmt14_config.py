@@ -5,7 +5,6 @@ model, so the whole path (TFDS, vocabulary, buckets, phases, checkpoints,
 decoding, both BLEUs) runs here in seconds.
 """
 
-import importlib.util
 import itertools
 import json
 import os
@@ -20,16 +19,14 @@ from bpd_jax import decode_eval
 from bpd_jax import distill
 from bpd_jax import train
 
+from train_configs import load_config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def wmt_config(arg=None):
-  """configs/wmt14_base.py's get_config(arg), loaded as config_flags does."""
-  spec = importlib.util.spec_from_file_location(
-      'wmt14_base', os.path.join(ROOT, 'configs', 'wmt14_base.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  """configs/wmt14_base.py's get_config(arg)."""
+  return load_config('wmt14_base', arg)
 
 
 def test_every_option_combination_builds_and_passes_the_checks():

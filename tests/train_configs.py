@@ -6,13 +6,18 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def demo_config(arg=None):
-  """configs/demo.py's get_config(arg), loaded as config_flags loads it."""
+def load_config(name, arg=None):
+  """configs/NAME.py's get_config(arg), loaded as config_flags loads it."""
   spec = importlib.util.spec_from_file_location(
-      'demo_config', os.path.join(ROOT, 'configs', 'demo.py'))
+      f'{name}_config', os.path.join(ROOT, 'configs', f'{name}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
+
+
+def demo_config(arg=None):
+  """configs/demo.py's get_config(arg)."""
+  return load_config('demo', arg)
 
 
 def tiny_config(**sections):
