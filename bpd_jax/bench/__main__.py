@@ -62,8 +62,8 @@ _CALIBRATION = flags.DEFINE_integer(
     "Training sources k='auto' is tuned on (0: no auto setting).")
 _QUICK = flags.DEFINE_boolean(
     'quick', False, 'Under a minute: batch sizes 1 and 8, the smallest and '
-    'largest k, exact only, 16 sentences, 1 round (flags given explicitly '
-    'keep their values).')
+    'largest k, exact only, 16 sentences, 1 round, auto tuned on 16 '
+    'sources (flags given explicitly keep their values).')
 
 
 def _ints(name, values, low=1):
@@ -94,6 +94,7 @@ def main(argv):
   min_blocks = _ints('min_blocks', _MIN_BLOCKS.value)
   criteria = list(_CRITERIA.value)
   examples, repeats = _EXAMPLES.value, _REPEATS.value
+  calibration_examples = _CALIBRATION.value
   if _QUICK.value:  # Flags given explicitly keep their values.
     given = lambda flag: flags.FLAGS[flag.name].present
     batch_sizes = batch_sizes if given(_BATCH_SIZES) else [1, 8]
@@ -102,11 +103,13 @@ def main(argv):
     min_blocks = min_blocks if given(_MIN_BLOCKS) else [1]
     examples = examples if given(_EXAMPLES) else 16
     repeats = repeats if given(_REPEATS) else 1
+    calibration_examples = (calibration_examples if given(_CALIBRATION)
+                            else min(calibration_examples, 16))
   if examples < 1 or repeats < 1:
     raise app.UsageError('--examples and --repeats must be >= 1.')
   try:
     settings = runner.sweep(ks, criteria, min_blocks,
-                            auto=_CALIBRATION.value > 0)
+                            auto=calibration_examples > 0)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'bench')
@@ -128,9 +131,9 @@ def main(argv):
 
   decoder = generate.Decoder(model)
   tuning = None
-  if _CALIBRATION.value:
+  if calibration_examples:
     calibration, _ = task.sources('train', max_source_len,
-                                  _CALIBRATION.value)
+                                  calibration_examples)
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
     tuning = generate.tune_k(
