@@ -38,8 +38,8 @@ COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
 
 @dataclasses.dataclass(frozen=True)
 class DecoderSpec:
-  """One decoder to compare: greedy (k = 0) or blockwise."""
-  k: int = 0
+  """One decoder to compare: greedy (k = 0), blockwise, or k='auto'."""
+  k: int | str = 0
   criterion: str = 'exact'
   min_block: int = 1
 
@@ -51,13 +51,15 @@ class DecoderSpec:
     extra += f' l={self.min_block}' if self.min_block > 1 else ''
     return f'blockwise k={self.k}{extra}'
 
-  def run(self, decoder: generate.Decoder, sources, max_len):
+  def run(self, decoder: generate.Decoder, sources, max_len,
+          tuning=None):
+    """Decodes `sources`; `tuning` (generate.tune_k) serves k='auto'."""
     if not self.k:
       return decoder.greedy(sources, max_len=max_len)
     return decoder.blockwise(
         sources, k=self.k, max_len=max_len,
         criterion=decoding.from_spec(self.criterion),
-        min_block=self.min_block)
+        min_block=self.min_block, tuning=tuning)
 
 
 def decoders_from_config(eval_config) -> list[DecoderSpec]:

@@ -19,6 +19,7 @@ from flax import nnx
 
 from bpd_jax import generate
 from bpd_jax import sharding
+from bpd_jax.bench import near_ties
 from bpd_jax.decoding import Distance, TopK
 from bpd_jax.models import Transformer, TransformerConfig
 
@@ -63,16 +64,8 @@ def random_inputs(seed, batch, length=6):
 
 
 def scoring_logits(model, inputs, i, prefix):
-  """Head-1 logits after `prefix` generated tokens, by a full forward pass."""
-  config = model.config
-  valid = inputs[i][inputs[i] != config.pad_id]
-  if config.is_encoder_decoder:
-    source, decoder_input = inputs[i:i + 1], [config.bos_id, *prefix]
-  else:
-    source, decoder_input = None, [*valid, *prefix]
-  hidden = model(None if source is None else jnp.asarray(source),
-                 jnp.asarray([decoder_input], jnp.int32))
-  return np.asarray(model.next_token_logits(hidden[0, -1]))
+  """Head-1 logits of example i after `prefix`, by a full forward pass."""
+  return near_ties.scoring_logits(model, inputs[i], prefix)
 
 
 def assert_same_or_near_tie(model, inputs, reference, result):

@@ -17,17 +17,14 @@ import numpy as np
 RELATIVE_TOLERANCE = 1e-4
 
 
-def top2_margin(model, inputs: np.ndarray, prefix) -> float:
-  """Gap between the scoring model's two best next tokens after `prefix`.
+def scoring_logits(model, inputs: np.ndarray, prefix) -> np.ndarray:
+  """Head 1's logits [vocab] after `prefix`, by one full forward pass.
 
   Args:
     model: the Transformer.
     inputs: [length] one example's source (encoder-decoder) or prompt,
       right-padded.
     prefix: generated tokens before the position.
-
-  Returns:
-    The top-2 margin divided by max(1, largest |logit|).
   """
   config = model.config
   inputs = np.asarray(inputs)
@@ -38,7 +35,16 @@ def top2_margin(model, inputs: np.ndarray, prefix) -> float:
     source = None
     decoder_input = [*inputs[inputs != config.pad_id], *prefix]
   hidden = model(source, jnp.asarray([decoder_input], jnp.int32))
-  logits = np.sort(np.asarray(model.next_token_logits(hidden[0, -1])))
+  return np.asarray(model.next_token_logits(hidden[0, -1]))
+
+
+def top2_margin(model, inputs: np.ndarray, prefix) -> float:
+  """Gap between the scoring model's two best next tokens after `prefix`.
+
+  Arguments as `scoring_logits`. Returns the top-2 margin divided by
+  max(1, largest |logit|).
+  """
+  logits = np.sort(scoring_logits(model, inputs, prefix))
   return float((logits[-1] - logits[-2]) / max(1.0, np.abs(logits).max()))
 
 

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from bpd_jax import auto_k
+from bpd_jax import decode_eval
 from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax.bench import step_costs
@@ -68,12 +69,9 @@ class Setting:
 
   def run(self, decoder: generate.Decoder, inputs, max_len: int,
           tuning: auto_k.AutoK | None) -> decoding.DecodeResult:
-    if self.decoder == 'greedy':
-      return decoder.greedy(inputs, max_len=max_len)
-    return decoder.blockwise(
-        inputs, k='auto' if self.decoder == 'auto' else self.k,
-        max_len=max_len, criterion=decoding.from_spec(self.criterion),
-        min_block=self.min_block, tuning=tuning)
+    k = {'greedy': 0, 'auto': 'auto'}.get(self.decoder, self.k)
+    return decode_eval.DecoderSpec(k, self.criterion, self.min_block).run(
+        decoder, inputs, max_len, tuning)
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
@@ -216,7 +214,7 @@ def _compile(decoder, setting, inputs, max_len, tuning) -> dict:
   jax.block_until_ready(setting.run(decoder, inputs, max_len, tuning))
   compile_s = max(first - (time.perf_counter() - begin), 0.0)
   k = result.block_sizes.shape[1] - 1
-  if setting.decoder == 'greedy' or k == 1 and setting.decoder == 'auto':
+  if setting.decoder == 'greedy' or (setting.decoder == 'auto' and k == 1):
     memory = generate.memory_bytes(decoder.model, inputs, max_len=max_len)
   else:
     memory = generate.memory_bytes(

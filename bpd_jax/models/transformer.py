@@ -365,7 +365,8 @@ class Transformer(nnx.Module):
       hidden: decoder outputs.
       weights: from `decoding_weights` (taken here when not given).
     """
-    weights = weights or self.decoding_weights(1)
+    if weights is None:
+      weights = self.decoding_weights(1)
     states = heads_lib.apply_heads(weights.scoring, hidden)[..., 0, :]
     return states.astype(weights.vocab.dtype) @ weights.vocab
 
@@ -379,7 +380,8 @@ class Transformer(nnx.Module):
       weights: from `decoding_weights(k)`, the same k (taken here when not
         given).
     """
-    weights = weights or self.decoding_weights(k)
+    if weights is None:
+      weights = self.decoding_weights(k)
     states = heads_lib.apply_heads(weights.proposals, hidden)
     return states.astype(weights.vocab.dtype) @ weights.vocab
 
