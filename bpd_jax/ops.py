@@ -28,6 +28,24 @@ def write_at(buffer: jax.Array, update: jax.Array, start: jax.Array) -> jax.Arra
   return jax.vmap(write_one)(buffer, update.astype(buffer.dtype), start)
 
 
+def slice_at(array: jax.Array, start: jax.Array, size: int) -> jax.Array:
+  """Returns `array[i, start[i]:start[i] + size]` for every example i.
+
+  Args:
+    array: [batch, length, ...].
+    start: [batch] int offsets along axis 1, clamped (as by
+      `lax.dynamic_slice`) to [0, length - size].
+    size: positions to read, <= length.
+
+  Returns:
+    [batch, size, ...].
+  """
+  def slice_one(row, s):
+    return jax.lax.dynamic_slice_in_dim(row, s, size, axis=0)
+
+  return jax.vmap(slice_one)(array, start)
+
+
 def take_at(array: jax.Array, index: jax.Array) -> jax.Array:
   """Returns `array[i, index[i]]` for every example i.
 

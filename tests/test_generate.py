@@ -30,7 +30,7 @@ MAX_HEADS = 10
 
 def random_model(seed, encoder_layers=2, head_layer='independent',
                  head1_from_base=True, scale=3.0, head_scale=1.0,
-                 dtype='float64'):
+                 dtype='float64', **overrides):
   """A tiny random model.
 
   Weights are scaled by `scale` (larger: more varied output) and the heads'
@@ -38,13 +38,14 @@ def random_model(seed, encoder_layers=2, head_layer='independent',
   token again, which random models, prone to repeating themselves, often
   accept, so the tests see long accepted blocks as well as rejections.
   """
-  config = TransformerConfig(
-      vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
-      num_encoder_layers=encoder_layers, num_decoder_layers=2,
-      dropout_rate=0.0, max_source_len=16, max_target_len=64,
-      tie_output=False, num_proposal_heads=MAX_HEADS, head_layer=head_layer,
-      head_hidden=16, head1_from_base=head1_from_base, dtype=dtype,
-      param_dtype=dtype)
+  config = TransformerConfig(**{
+      **dict(vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
+             num_encoder_layers=encoder_layers, num_decoder_layers=2,
+             dropout_rate=0.0, max_source_len=16, max_target_len=64,
+             tie_output=False, num_proposal_heads=MAX_HEADS,
+             head_layer=head_layer, head_hidden=16,
+             head1_from_base=head1_from_base, dtype=dtype, param_dtype=dtype),
+      **overrides})
   model = Transformer(config, rngs=nnx.Rngs(seed))
   graphdef, state = nnx.split(model)
   state = jax.tree.map(lambda x: x * scale if jnp.issubdtype(
@@ -107,6 +108,21 @@ def test_exact_blockwise_equals_greedy(seed, k, batch, encoder_layers,
     assert (result.block_sizes.sum(1) == result.model_calls).all()
     np.testing.assert_array_equal(
         (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+
+
+@pytest.mark.parametrize('k', [2, 5, 8])
+def test_exact_blockwise_equals_greedy_with_local_attention(k):
+  """The Image Transformer's decoder: local attention, long outputs (more
+  query blocks than the window holds), every example at its own offset."""
+  with jax.enable_x64(True):
+    model = random_model(5, head_scale=0.0, max_target_len=64 + MAX_HEADS,
+                         local_attention_block=4, local_attention_memory=4)
+    inputs = random_inputs(5, 3)
+    reference = generate.greedy(model, inputs, max_len=60)
+    result = generate.blockwise(model, inputs, k=k, max_len=60)
+    assert_same_or_near_tie(model, inputs, reference, result)
+    assert int(result.block_sizes[:, 2:].sum()) > 0
+    assert int(reference.lengths.max()) > 3 * 4  # Past several blocks.
 
 
 @pytest.mark.parametrize('encoder_layers', [2, 0])

@@ -55,13 +55,16 @@ def extend_in_chunks(model, source, tokens, starts, chunk):
 @pytest.mark.parametrize('encoder_layers', [2, 0])
 @pytest.mark.parametrize('pre_norm,positions', [(True, 'sinusoidal'),
                                                 (False, 'learned')])
+@pytest.mark.parametrize('local_block,local_memory', [(0, 0), (3, 2)])
 def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
-                                           positions):
+                                           positions, local_block,
+                                           local_memory):
   with jax.enable_x64(True):
     config = TransformerConfig(**{
         **TINY, 'num_encoder_layers': encoder_layers, 'pre_norm': pre_norm,
         'positions': positions, 'dtype': 'float64',
-        'param_dtype': 'float64'})
+        'param_dtype': 'float64', 'local_attention_block': local_block,
+        'local_attention_memory': local_memory})
     model = Transformer(config, rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     source = None
@@ -134,6 +137,10 @@ def test_paper_sizes():
     ('eos_id', 11, r'eos_id=11 is outside the vocabulary \[0, 11\)'),
     ('num_encoder_layers', -1, 'num_encoder_layers=-1 must be >= 0'),
     ('dtype', 'float8', "dtype='float8'"),
+    ('local_attention_block', -1, 'local_attention_block=-1 must be an '
+     'integer >= 0'),
+    ('local_attention_memory', 4, 'local_attention_memory=4 needs local '
+     'attention'),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):

@@ -8,6 +8,13 @@ pytree, written with per-example offsets, and attention masks each query by
 its own absolute position: a key written for a proposal that was later
 rejected sits beyond the example's accepted length, is never attended to, and
 is overwritten by the next call.
+
+Local attention (the Image Transformer's local 1D attention, Parmar et al.
+2018) restricts each query to its own query block and a fixed number of
+positions before it (`LocalWindow`). Training computes it block by block;
+cached decoding reads only a fixed-size window of the cache around the new
+positions, so a decoding step costs the same at the first pixel of an image
+as at the last, whatever the image size.
 """
 
 import dataclasses
@@ -46,6 +53,45 @@ def causal_mask(query_positions: jax.Array, num_keys: int) -> jax.Array:
   """
   key_positions = jnp.arange(num_keys)
   return (key_positions[None, None, :] <= query_positions[:, :, None])[:, None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalWindow:
+  """Local 1D attention: which keys a query at absolute position q sees.
+
+  Positions are cut into query blocks of `block` positions; a query sees the
+  positions of its own block up to itself and the `memory` positions before
+  the block: keys in [first_key(q), q].
+
+  Attributes:
+    block: query block length, >= 1.
+    memory: positions before the block that its queries also see, >= 0.
+  """
+  block: int
+  memory: int
+
+  def __post_init__(self):
+    if not (isinstance(self.block, int) and self.block >= 1):
+      raise ValueError(f'local attention block={self.block!r} must be an '
+                       f'integer >= 1.')
+    if not (isinstance(self.memory, int) and self.memory >= 0):
+      raise ValueError(f'local attention memory={self.memory!r} must be an '
+                       f'integer >= 0.')
+
+  def first_key(self, query_positions: jax.Array) -> jax.Array:
+    """The first key position each query sees (may be negative)."""
+    return query_positions // self.block * self.block - self.memory
+
+  def mask(self, query_positions: jax.Array,
+           key_positions: jax.Array) -> jax.Array:
+    """[batch, 1, n, keys] bool for [batch, n] queries and [batch, keys] keys."""
+    q = query_positions[:, :, None]
+    key = key_positions[:, None, :]
+    return ((key <= q) & (key >= self.first_key(q)))[:, None]
+
+  def span(self, n: int) -> int:
+    """Keys that n consecutive queries can see together, at most."""
+    return self.memory + self.block + n - 1
 
 
 def padding_mask(key_valid: jax.Array) -> jax.Array:
@@ -96,25 +142,79 @@ class SelfAttention(_Projections):
     y = jax.nn.dot_product_attention(q, k, v, mask=mask)
     return self.out(self._merge_heads(y))
 
-  def extend(self, x: jax.Array, cache: KVCache,
-             start: jax.Array) -> tuple[jax.Array, KVCache]:
+  def local(self, x: jax.Array, window: LocalWindow) -> jax.Array:
+    """Uncached local attention over a whole sequence (training, scoring).
+
+    Equals `__call__` with `window.mask` as the mask, but computes only the
+    [block, memory + block] score matrix of each query block: the cost grows
+    linearly with the length.
+
+    Args:
+      x: [batch, length, d_model], positions 0 .. length - 1.
+      window: the local pattern.
+
+    Returns:
+      [batch, length, d_model].
+    """
+    batch, length = x.shape[:2]
+    size, memory = window.block, window.memory
+    blocks = -(-length // size)
+    q, k, v = self._split_heads(self.qkv(x), 3)
+    # Keys of block b: positions b * size - memory .. (b + 1) * size - 1, read
+    # from the sequence padded by `memory` in front and to whole blocks.
+    pad = ((0, 0), (memory, blocks * size - length), (0, 0), (0, 0))
+    keys = (jnp.arange(blocks)[:, None] * size
+            + jnp.arange(memory + size)[None, :])  # Indices into the padding.
+    k_blocks = jnp.pad(k, pad)[:, keys]  # [batch, blocks, span, heads, dim]
+    v_blocks = jnp.pad(v, pad)[:, keys]
+    q_blocks = jnp.pad(q, ((0, 0), (0, blocks * size - length), (0, 0),
+                           (0, 0))).reshape(batch * blocks, size,
+                                            *q.shape[2:])
+    query_positions = (jnp.arange(blocks)[:, None] * size
+                       + jnp.arange(size)[None, :])  # [blocks, size]
+    mask = window.mask(query_positions, keys - memory)  # [blocks, 1, size, span]
+    mask &= (keys - memory >= 0)[:, None, None, :]
+    mask = jnp.broadcast_to(mask[None], (batch,) + mask.shape).reshape(
+        batch * blocks, *mask.shape[1:])
+    merge = lambda t: t.reshape(batch * blocks, *t.shape[2:])
+    y = jax.nn.dot_product_attention(q_blocks, merge(k_blocks),
+                                     merge(v_blocks), mask=mask)
+    y = y.reshape(batch, blocks * size, *y.shape[2:])[:, :length]
+    return self.out(self._merge_heads(y))
+
+  def extend(self, x: jax.Array, cache: KVCache, start: jax.Array,
+             window: LocalWindow | None = None) -> tuple[jax.Array, KVCache]:
     """Adds n new positions per example to the cache and attends causally.
 
     Args:
       x: [batch, n, d_model], the inputs at positions start .. start + n - 1.
       cache: this layer's cache, [batch, positions, heads, head_dim].
       start: [batch] absolute position of x[:, 0] for every example.
+      window: local attention; None: every earlier position. With a window
+        only `window.span(n)` cache positions per example are read, from
+        each example's own offset.
 
     Returns:
       ([batch, n, d_model], updated cache).
     """
+    n = x.shape[1]
     q, k, v = self._split_heads(self.qkv(x), 3)
     cache = KVCache(ops.write_at(cache.key, k, start),
                     ops.write_at(cache.value, v, start))
-    positions = start[:, None] + jnp.arange(x.shape[1])
-    mask = causal_mask(positions, cache.key.shape[1])
-    y = jax.nn.dot_product_attention(q, cache.key.astype(q.dtype),
-                                     cache.value.astype(q.dtype), mask=mask)
+    positions = start[:, None] + jnp.arange(n)
+    keys, values = cache.key, cache.value
+    if window is None:
+      mask = causal_mask(positions, cache.key.shape[1])
+    else:
+      span = min(window.span(n), cache.key.shape[1])
+      # Clamped like dynamic_slice clamps, so the positions below are the
+      # ones read.
+      first = jnp.clip(window.first_key(start), 0, cache.key.shape[1] - span)
+      keys = ops.slice_at(keys, first, span)
+      values = ops.slice_at(values, first, span)
+      mask = window.mask(positions, first[:, None] + jnp.arange(span))
+    y = jax.nn.dot_product_attention(q, keys.astype(q.dtype),
+                                     values.astype(q.dtype), mask=mask)
     return self.out(self._merge_heads(y)), cache
 
 

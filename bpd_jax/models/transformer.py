@@ -10,6 +10,11 @@ Two ways to run the decoder:
   with an explicit cache (decoding). Greedy decoding extends by 1 position,
   blockwise decoding by k.
 
+Decoder self-attention is causal over every earlier position, or local
+(`local_attention_block` > 0): the Image Transformer's local 1D attention
+(Parmar et al. 2018), which keeps the cost of a decoding step independent of
+the sequence length, as generating a 32x32x3 image (3,072 positions) needs.
+
 Token ids are shared by source and target: `pad_id` pads, `eos_id` ends a
 sequence, `bos_id` starts the decoder input of the encoder-decoder.
 """
@@ -66,6 +71,11 @@ class TransformerConfig:
     head_layer: 'independent' or 'joint' (see models/heads.py).
     head_hidden: hidden width of one head's layer; None means d_ff.
     head1_from_base: head 1 is the base model's next-token output, untouched.
+    local_attention_block: 0 for causal attention over every earlier decoder
+      position; > 0 for local 1D attention: decoder positions are cut into
+      query blocks of this length (see attention.LocalWindow).
+    local_attention_memory: with local attention, the positions before its
+      block that a query also sees.
     pad_id: padding token id.
     eos_id: end-of-sequence token id.
     bos_id: first decoder input of the encoder-decoder.
@@ -89,6 +99,8 @@ class TransformerConfig:
   head_layer: str = 'independent'
   head_hidden: int | None = None
   head1_from_base: bool = True
+  local_attention_block: int = 0
+  local_attention_memory: int = 0
   pad_id: int = 0
   eos_id: int = 1
   bos_id: int = 2
@@ -122,6 +134,17 @@ class TransformerConfig:
     check(self.dtype in DTYPES and self.param_dtype in DTYPES,
           f'dtype={self.dtype!r} and param_dtype={self.param_dtype!r} must '
           f'be in {DTYPES}.')
+    check(isinstance(self.local_attention_block, int)
+          and self.local_attention_block >= 0,
+          f'local_attention_block={self.local_attention_block!r} must be an '
+          f'integer >= 0 (0: causal attention over every position).')
+    check(isinstance(self.local_attention_memory, int)
+          and self.local_attention_memory >= 0,
+          f'local_attention_memory={self.local_attention_memory!r} must be '
+          f'an integer >= 0.')
+    check(self.local_attention_block or not self.local_attention_memory,
+          f'local_attention_memory={self.local_attention_memory} needs local '
+          f'attention: set local_attention_block > 0.')
     ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
     for name, value in ids.items():
       check(0 <= value < self.vocab_size,
@@ -139,6 +162,14 @@ class TransformerConfig:
   @property
   def is_encoder_decoder(self) -> bool:
     return self.num_encoder_layers > 0
+
+  @property
+  def local_window(self) -> attention.LocalWindow | None:
+    """The decoder's local attention pattern; None for causal attention."""
+    if not self.local_attention_block:
+      return None
+    return attention.LocalWindow(self.local_attention_block,
+                                 self.local_attention_memory)
 
 
 @jax.tree_util.register_dataclass
@@ -414,10 +445,14 @@ class Transformer(nnx.Module):
     memory, memory_valid = self._memory(source, dropout_rngs)
     positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]),
                                  decoder_input.shape)
-    mask = attention.causal_mask(positions, decoder_input.shape[1])
-    return self._decode(
-        decoder_input, positions, memory, memory_valid, dropout_rngs,
-        lambda _, module, y: (module(y, mask), None))[0]
+    window = self.config.local_window
+    if window is None:
+      mask = attention.causal_mask(positions, decoder_input.shape[1])
+      self_attend = lambda _, module, y: (module(y, mask), None)
+    else:
+      self_attend = lambda _, module, y: (module.local(y, window), None)
+    return self._decode(decoder_input, positions, memory, memory_valid,
+                        dropout_rngs, self_attend)[0]
 
   # --- Cached decoding.
 
@@ -452,9 +487,10 @@ class Transformer(nnx.Module):
       ([batch, n, d_model] decoder outputs, updated cache).
     """
     positions = start[:, None] + jnp.arange(tokens.shape[1])
+    window = self.config.local_window
 
     def self_attend(i, module, y):
-      return module.extend(y, cache.self_attention[i], start)
+      return module.extend(y, cache.self_attention[i], start, window)
 
     hidden, layer_caches = self._decode(
         tokens, positions, cache.memory or None, cache.memory_valid, None,
