@@ -6,6 +6,7 @@ must be, so a typo in a sweep fails in a second rather than after training.
 
 from bpd_jax import decoding
 from bpd_jax import train as train_lib
+from bpd_jax.data import embedded_images
 from bpd_jax.data import tasks
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
@@ -80,6 +81,41 @@ def _check_task(task, model) -> None:
       raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS '
                        f'"name/config", e.g. "wmt14_translate/de-en".')
     _at_least(task, 'task', vocab_size=8, vocab_sample=0)
+  if task.name in tasks.IMAGE_TASKS:
+    _check_image_task(task)
+
+
+def _check_image_task(task) -> None:
+  """Super-resolution: image sizes, token lengths, splits."""
+  _at_least(task, 'task', high_res=1, low_res=1)
+  if task.high_res % task.low_res:
+    raise ValueError(f'task.high_res={task.high_res} must be a multiple of '
+                     f'task.low_res={task.low_res} (inputs are area means of '
+                     f'whole blocks of the target).')
+  for field, side in (('max_source_len', task.low_res),
+                      ('max_target_len', task.high_res)):
+    if task[field] != side * side * 3:
+      raise ValueError(f'task.{field}={task[field]} must be {side * side * 3}'
+                       f' ({side}x{side}x3 intensities, no eos).')
+  if task.name == 'embedded_images':
+    sizes = dict(task.sizes)
+    if 'train' not in sizes or not set(sizes) <= set(embedded_images.SPLITS):
+      raise ValueError(f'task.sizes={sizes} must have a "train" entry and '
+                       f'only splits of {embedded_images.SPLITS}.')
+    for split, count in sizes.items():
+      if not isinstance(count, int) or count < 1:
+        raise ValueError(f'task.sizes[{split!r}]={count!r} must be an '
+                         f'integer >= 1.')
+    scales = tuple(task.get('scales', embedded_images.DEFAULT_SCALES))
+    if not scales or not all(isinstance(s, int) and s >= 1 for s in scales):
+      raise ValueError(f'task.scales={scales} must be integers >= 1.')
+  else:
+    if 'train' not in task.splits:
+      raise ValueError(f'task.splits={dict(task.splits)} needs "train".')
+    if not isinstance(task.dataset, str) or not task.dataset:
+      raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS name, '
+                       f'e.g. "celeb_a".')
+    _at_least(task, 'task', mock_examples=0)
 
 
 def _check_buckets(config) -> None:

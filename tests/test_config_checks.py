@@ -1,5 +1,6 @@
 """Config checks: a bad field stops before any work, named with its value."""
 
+import ml_collections
 import pytest
 
 from bpd_jax import config_checks
@@ -47,4 +48,54 @@ def test_missing_section():
   config = demo_config()
   del config['eval']
   with pytest.raises(ValueError, match="no 'eval' section"):
+    config_checks.check(config)
+
+
+def image_config(name='embedded_images', **task_fields):
+  """The demo config on a super-resolution task, 8x8 from 4x4."""
+  config = demo_config()
+  config.task = ml_collections.ConfigDict(dict(
+      name=name, high_res=8, low_res=4, max_source_len=48,
+      max_target_len=192))
+  if name == 'embedded_images':
+    config.task.update(sizes=dict(train=100, validation=10),
+                       scales=(1, 2))
+  else:
+    config.task.update(dataset='celeb_a', data_dir='/data/tfds',
+                       splits=dict(train='train', test='test[:64]'),
+                       mock_examples=0)
+  config.task.update(task_fields)
+  config.model.update(max_source_len=48, max_target_len=200)
+  config.eval.max_len = 192
+  return config
+
+
+def test_image_configs_pass():
+  config_checks.check(image_config())
+  config_checks.check(image_config('tfds_images'))
+
+
+@pytest.mark.parametrize('name,field,value,message', [
+    ('embedded_images', 'low_res', 3, 'task.high_res=8 must be a multiple of '
+     'task.low_res=3'),
+    ('embedded_images', 'high_res', 0, 'task.high_res=0 must be an integer'),
+    ('embedded_images', 'max_target_len', 193, r'task.max_target_len=193 '
+     r'must be 192 \(8x8x3 intensities, no eos\)'),
+    ('embedded_images', 'max_source_len', 40, 'task.max_source_len=40 must '
+     'be 48'),
+    ('embedded_images', 'sizes', dict(validation=3), 'must have a "train" '
+     'entry'),
+    ('embedded_images', 'sizes', dict(train=3, dev=3), 'only splits of'),
+    ('embedded_images', 'sizes', dict(train=0), r"task.sizes\['train'\]=0 "
+     'must be an integer >= 1'),
+    ('embedded_images', 'scales', (1, 0), r'task.scales=\(1, 0\) must be'),
+    ('tfds_images', 'splits', dict(test='test'), 'needs "train"'),
+    ('tfds_images', 'dataset', '', "task.dataset='' must be a TFDS name"),
+    ('tfds_images', 'mock_examples', -1, 'task.mock_examples=-1 must be an '
+     'integer >= 0'),
+])
+def test_bad_image_task_fields(name, field, value, message):
+  config = image_config(name)
+  config.task[field] = value
+  with pytest.raises(ValueError, match=message):
     config_checks.check(config)

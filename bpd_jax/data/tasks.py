@@ -11,6 +11,34 @@
   SentencePiece vocabulary trained on a sample of the training pairs (saved
   in the workdir, reused on resume), each process reading and encoding only
   its own shard of the training split.
+- 'embedded_images': super-resolution on crops of real photos shipped with
+  scikit-image and matplotlib (`bpd_jax.data.embedded_images`, no
+  download); splits disjoint by photo.
+- 'tfds_images': super-resolution on a TFDS image dataset, CelebA
+  (`celeb_a`) as the paper: center crop, area-downsampled targets and
+  inputs (`bpd_jax.data.tfds_images`), each process reading only its own
+  shard of the training split, preprocessed arrays cached in the workdir.
+
+The image tasks load an `image_tasks.ImageTask`: sources are the low-res
+image's intensity ids, targets the high-res image's, neither eos-ended
+(`bpd_jax.data.images`: id = intensity + 3, vocabulary of 259). Their
+fields, besides name, max_source_len and max_target_len (which must be
+low_res**2 * 3 and high_res**2 * 3):
+  high_res: side of the targets (e.g. 32).
+  low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
+  'embedded_images':
+    sizes: {split: number of crops}, splits of 'train', 'validation',
+      'test' (each split its own photos).
+    scales: optional, the photos' downsampling factors crops are cut at
+      (default (1, 2, 4, 8)).
+    seed: optional, the crops' seed (default 0).
+  'tfds_images':
+    dataset: TFDS name, 'celeb_a'.
+    data_dir: where `tfds build celeb_a --file_format=array_record` put it.
+    splits: {our split: TFDS split}, must include 'train'; a slice such as
+      'test[:256]' reads fewer (TFDS mock data ignores slices).
+    mock_examples: 0, or N: TFDS mock data of N random images a split (no
+      data dir needed), to try the pipeline without the dataset.
 
 A vocabulary is trained only by the training job; the evaluate and distill
 jobs find it in the workdir (or task.vocab_path) or stop with an error.
@@ -27,10 +55,13 @@ from absl import logging
 
 from bpd_jax.data import batching
 from bpd_jax.data import embedded
+from bpd_jax.data import image_tasks
 from bpd_jax.data import text
 from bpd_jax.data import vocab as vocab_lib
 
-TASKS = ('embedded', 'parallel_text', 'tfds_translation')
+TASKS = ('embedded', 'parallel_text', 'tfds_translation', 'embedded_images',
+         'tfds_images')
+IMAGE_TASKS = ('embedded_images', 'tfds_images')
 VOCAB_TYPES = ('sentencepiece', 'words')
 
 
@@ -106,12 +137,14 @@ class Task:
         [self.vocab.encode(s) + [vocab_lib.EOS_ID] for s, _ in pairs], max_len)
 
 
-def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
+def load_task(config, workdir: str,
+              train_vocab: bool = True) -> Task | image_tasks.ImageTask:
   """The task a config's `task` section describes.
 
   Args:
     config: the `task` ConfigDict: name, and per task the fields below.
-    workdir: where a trained vocabulary is saved (and found on resume).
+    workdir: where a trained vocabulary is saved (and found on resume), and
+      preprocessed TFDS data cached (WORKDIR/data/).
     train_vocab: train a missing SentencePiece vocabulary (the training
       job); False: a missing one is an error (evaluation, distillation).
 
@@ -127,6 +160,8 @@ def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
     return Task(vocab_lib.WordVocabulary(embedded.words()), splits)
   if config.name == 'tfds_translation':
     return _tfds_task(config, workdir, train_vocab)
+  if config.name in IMAGE_TASKS:
+    return image_tasks.load(config, workdir)
 
   if config.vocab_type not in VOCAB_TYPES:
     raise ValueError(f'task.vocab_type={config.vocab_type!r} is not one of '

@@ -1,0 +1,126 @@
+"""Real photos for super-resolution that need no download.
+
+The natural colour photos shipped inside scikit-image's wheel
+(skimage.data) and matplotlib's (grace_hopper.jpg), cut into seeded square
+crops at several scales: a crop at scale f is a high_res x high_res window
+of the photo area-downsampled by f (an f*high_res square of the photo), so
+one photo yields fine texture (f = 1) and whole objects (f = 8). The input
+is the crop downsampled by area to low_res (images.super_resolution_pair).
+
+Splits are disjoint by photo (PHOTOS): no validation or test crop shares a
+pixel with a training crop. The two portraits are held out, so that
+evaluation is on faces, as CelebA's is, that training never saw.
+
+Each photo is downsampled once per scale; a crop is then a slice on that
+scale's grid (its offsets in the photo are multiples of f). A pixel of the
+downsampled photo is the rounded mean of an f x f block, so the slice equals
+downsampling the photo's crop itself: one rounding, no pyramid error.
+20,000 crops take well under a second.
+"""
+
+import functools
+import os
+
+import numpy as np
+
+from bpd_jax.data import images as images_lib
+
+SPLITS = ('train', 'validation', 'test')
+# Photo name -> (package, file). Natural colour photos only: no drawings,
+# charts, grey images, or the right half of the stereo pair (the same scene
+# as motorcycle_left, which would leak across splits).
+_FILES = {
+    'chelsea': ('skimage', 'chelsea.png'),  # A cat, 300x451.
+    'coffee': ('skimage', 'coffee.png'),  # A cup of coffee, 400x600.
+    'hubble_deep_field': ('skimage', 'hubble_deep_field.jpg'),  # 872x1000.
+    'immunohistochemistry': ('skimage', 'ihc.png'),  # Stained tissue, 512².
+    'motorcycle_left': ('skimage', 'motorcycle_left.png'),  # 500x741.
+    'retina': ('skimage', 'retina.jpg'),  # A fundus photo, 1411x1411.
+    'rocket': ('skimage', 'rocket.jpg'),  # A launch, 427x640.
+    'astronaut': ('skimage', 'astronaut.png'),  # Eileen Collins, 512x512.
+    'grace_hopper': ('matplotlib', 'grace_hopper.jpg'),  # 600x512.
+}
+PHOTOS = {
+    'train': ('chelsea', 'coffee', 'hubble_deep_field', 'immunohistochemistry',
+              'motorcycle_left', 'retina', 'rocket'),
+    'validation': ('astronaut',),
+    'test': ('grace_hopper',),
+}
+DEFAULT_SCALES = (1, 2, 4, 8)
+
+
+def _path(package: str, name: str) -> str:
+  if package == 'skimage':
+    import skimage.data
+    return os.path.join(skimage.data.data_dir, name)
+  from matplotlib import cbook
+  return str(cbook.get_sample_data(name, asfileobj=False))
+
+
+@functools.lru_cache(maxsize=None)
+def photo(name: str) -> np.ndarray:
+  """uint8 [H, W, 3]: one of the photos, read from its installed package."""
+  if name not in _FILES:
+    raise ValueError(f'photo {name!r} is not one of {sorted(_FILES)}.')
+  from PIL import Image
+  with Image.open(_path(*_FILES[name])) as image:
+    return np.asarray(image.convert('RGB'))
+
+
+@functools.lru_cache(maxsize=None)
+def _scaled(name: str, scale: int) -> np.ndarray:
+  """uint8 [H // scale, W // scale, 3]: the photo downsampled by `scale`."""
+  image = photo(name)
+  height, width = (n // scale * scale for n in image.shape[:2])
+  cropped = image[:height, :width]
+  blocks = cropped.reshape(height // scale, scale, width // scale, scale, 3)
+  return np.rint(blocks.sum(axis=(1, 3), dtype=np.int64) /
+                 scale**2).astype(np.uint8)
+
+
+@functools.lru_cache(maxsize=8)
+def crops(split: str, count: int, high_res: int, low_res: int,
+          scales: tuple[int, ...] = DEFAULT_SCALES,
+          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """`count` seeded crops of the split's photos, as super-resolution pairs.
+
+  Each crop draws a (photo, scale) pair uniformly among the pairs where the
+  scaled photo holds a high_res square, then a uniform position. The arrays
+  are cached (and shared: do not write to them).
+
+  Args:
+    split: 'train', 'validation' or 'test'.
+    count: number of crops.
+    high_res: side of the targets.
+    low_res: side of the inputs; high_res must be a multiple of it.
+    scales: integer downsampling factors of the photos to crop from.
+    seed: with the split, determines the crops.
+
+  Returns:
+    (low uint8 [count, low_res, low_res, 3], high uint8 [count, high_res,
+    high_res, 3]).
+  """
+  if split not in PHOTOS:
+    raise ValueError(f'split {split!r} is not one of {SPLITS}.')
+  if count < 1 or high_res < 1 or low_res < 1 or not scales or any(
+      not isinstance(s, int) or s < 1 for s in scales):
+    raise ValueError(f'count={count}, high_res={high_res}, low_res={low_res} '
+                     f'must be >= 1 and scales={scales} positive integers.')
+  choices = [(name, scale) for name in PHOTOS[split] for scale in scales
+             if min(_scaled(name, scale).shape[:2]) >= high_res]
+  if not choices:
+    raise ValueError(f'no {split} photo at scales {scales} holds a '
+                     f'{high_res}x{high_res} crop.')
+  rng = np.random.default_rng([seed, SPLITS.index(split)])
+  picks = rng.integers(len(choices), size=count)
+  high = np.empty((count, high_res, high_res, 3), np.uint8)
+  for choice, (name, scale) in enumerate(choices):
+    rows = np.flatnonzero(picks == choice)
+    scaled = _scaled(name, scale)
+    tops = rng.integers(scaled.shape[0] - high_res + 1, size=len(rows))
+    lefts = rng.integers(scaled.shape[1] - high_res + 1, size=len(rows))
+    for row, top, left in zip(rows, tops, lefts):
+      high[row] = scaled[top:top + high_res, left:left + high_res]
+  low, high = images_lib.super_resolution_pair(high, high_res, low_res)
+  low.flags.writeable = high.flags.writeable = False
+  return low, high
