@@ -25,7 +25,8 @@ EXAMPLES = 12  # Per split (the mock ignores the split's real size).
 
 def prepared_data_dir(tmp_path):
   data_dir = tmp_path / 'tfds'
-  (data_dir / 'celeb_a' / '2.1.0').mkdir(parents=True, exist_ok=True)
+  full_name = tfds.builder('celeb_a', data_dir=str(data_dir)).info.full_name
+  (data_dir / full_name).mkdir(parents=True, exist_ok=True)  # celeb_a/2.1.0
   return str(data_dir)
 
 
@@ -66,6 +67,12 @@ def test_pipeline_from_tfds_to_batches(tmp_path, mock_celeba):
   data = batching.TrainBatches(encoded, 4, 192, 3072, seed=0)
   assert data(1)['target'].shape == (4, 3072)
   assert data(1)['target'].min() >= images.INTENSITY_OFFSET
+  # Token-count batches of this process's shard: one bucket, 3072 long.
+  buckets = batching.BucketedBatches(task.train_examples(0, 1), (3072,),
+                                     4 * 3072, 192, 3072, seed=0)
+  batch = buckets(5)
+  assert batch['source'].shape == (4, 192) and batch['target'].shape == (4,
+                                                                         3072)
 
 
 def test_shards_are_disjoint_cover_and_are_cached(tmp_path, mock_celeba):

@@ -113,12 +113,12 @@ class ImageTask:
       ValueError: an input image is longer than max_len (cutting an image
         would silently change the task).
     """
-    low, _ = self.images(split, limit)
     length = int(np.prod(self.low_res_shape))
     if length > max_len:
       raise ValueError(f'{"x".join(map(str, self.low_res_shape))} input '
                        f'images are {length} tokens; max_len={max_len} (the '
                        f'model\'s max_source_len) must be at least that.')
+    low, _ = self.images(split, limit)
     return images_lib.to_tokens(low).tolist(), 0
 
 
