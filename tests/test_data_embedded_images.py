@@ -67,3 +67,10 @@ def test_validation_crops_come_from_validation_photos_only():
 def test_errors(args, message):
   with pytest.raises(ValueError, match=message):
     embedded_images.crops(*args)
+
+
+def test_a_missing_photo_file_names_its_package(monkeypatch):
+  monkeypatch.setitem(embedded_images._FILES, 'ghost', ('skimage', 'ghost.png'))
+  with pytest.raises(FileNotFoundError, match="photo 'ghost' not found at "
+                     '.*ghost.png: it ships with skimage'):
+    embedded_images.photo('ghost')

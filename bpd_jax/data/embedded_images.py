@@ -62,8 +62,14 @@ def photo(name: str) -> np.ndarray:
   """uint8 [H, W, 3]: one of the photos, read from its installed package."""
   if name not in _FILES:
     raise ValueError(f'photo {name!r} is not one of {sorted(_FILES)}.')
+  package, _ = _FILES[name]
+  path = _path(*_FILES[name])
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'photo {name!r} not found at {path}: it ships '
+                            f'with {package} (scikit-image >= 0.22, '
+                            f'matplotlib >= 3.8); reinstall it.')
   from PIL import Image
-  with Image.open(_path(*_FILES[name])) as image:
+  with Image.open(path) as image:
     return np.asarray(image.convert('RGB'))
 
 
