@@ -37,7 +37,8 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
-from bpd_jax.models.transformer import Transformer
+from bpd_jax.drafts import ngram as ngram_lib
+from bpd_jax.models.transformer import DecodeCache, Transformer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,10 @@ class _Options:
   k: int = 1
   criterion: decoding.Criterion = decoding.Exact()
   min_block: int = 1
+  # Draft refinement, and the structure of a neural rescorer (its graphdef
+  # and weight treedef; the weights themselves are arguments).
+  refinement: decoding.Refinement | None = None
+  rescorer_structure: tuple | None = None
 
 
 class Decoder:
@@ -101,7 +106,9 @@ class Decoder:
   def blockwise(self, inputs, *, k: int | str, max_len: int,
                 criterion: decoding.Criterion = decoding.Exact(),
                 min_block: int = 1,
-                tuning: auto_k.AutoK | None = None) -> decoding.DecodeResult:
+                tuning: auto_k.AutoK | None = None,
+                refinement: decoding.Refinement | None = None,
+                rescorer=None) -> decoding.DecodeResult:
     """Blockwise parallel decoding with the model's proposal heads.
 
     Args:
@@ -115,11 +122,18 @@ class Decoder:
         Distance(eps).
       min_block: l, the fewest tokens appended per call, 1 <= l <= k.
       tuning: from `tune_k`, for k='auto'.
+      refinement: draft refinement (Kim et al. 2024): p drafts from the
+        heads' top-t lattice verified per call; None: plain drafts.
+      rescorer: the refinement's language model: an `ngram.NgramModel`
+        ('ngram') or a decoder-only Transformer on the same vocabulary
+        ('neural', `bpd_jax.drafts.lm`); None for 'none'.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
       block_sizes has k + 1 columns (2 where 'auto' chose greedy decoding).
     """
+    if refinement is not None and k == 'auto':
+      raise ValueError("k='auto' does not take a refinement.")
     if k == 'auto':
       k = self._auto_k(inputs, max_len, criterion, min_block, tuning)
       if k == 1:
@@ -139,9 +153,14 @@ class Decoder:
         and criterion.t > config.vocab_size):
       raise ValueError(f'top-k verification t={criterion.t} exceeds the '
                        f'vocabulary size {config.vocab_size}.')
+    refinement, rescorer_args, structure = _refinement(
+        config, k, refinement, rescorer)
     return self._run(inputs, _Options(greedy=False, max_len=max_len, k=k,
                                       criterion=criterion,
-                                      min_block=min_block))
+                                      min_block=min_block,
+                                      refinement=refinement,
+                                      rescorer_structure=structure),
+                     rescorer_args)
 
   def _auto_k(self, inputs, max_len, criterion, min_block, tuning) -> int:
     """The k that `tuning` picks for this input (1: greedy decoding)."""
@@ -161,11 +180,12 @@ class Decoder:
         (shape[0], shape[1], max_len),
         lambda k: self.iteration_seconds(k, shape[0], shape[1], max_len))
 
-  def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
+  def _run(self, inputs, options: _Options,
+           rescorer=None) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,
                                       options.k))
     return self._decode(self._weights, self._layout(options.k), inputs,
-                        options=options)
+                        options=options, rescorer=rescorer)
 
   def iteration_seconds(self, k: int, batch_size: int, source_len: int,
                         max_len: int, repeats: int = 5) -> float:
@@ -241,10 +261,11 @@ class _ModelDecoder(Decoder):
     return Decoder(self.model, self.mesh, self.batch_axis).iteration_seconds(
         *args, **kwargs)
 
-  def _run(self, inputs, options: _Options) -> decoding.DecodeResult:
+  def _run(self, inputs, options: _Options,
+           rescorer=None) -> decoding.DecodeResult:
     inputs = self._place(check_inputs(self.config, inputs, options.max_len,
                                       options.k))
-    return _decode(self.model, inputs, options)
+    return _decode(self.model, inputs, options, rescorer=rescorer)
 
 
 def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
@@ -266,18 +287,22 @@ def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
 def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
               criterion: decoding.Criterion = decoding.Exact(),
               min_block: int = 1, tuning: auto_k.AutoK | None = None,
-              mesh=None, batch_axis: str = 'data') -> decoding.DecodeResult:
+              mesh=None, batch_axis: str = 'data',
+              refinement: decoding.Refinement | None = None,
+              rescorer=None) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
-    inputs, k, max_len, criterion, min_block, tuning: as `Decoder.blockwise`.
+    inputs, k, max_len, criterion, min_block, tuning, refinement, rescorer:
+      as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
   """
   return _ModelDecoder(model, mesh, batch_axis).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
-      min_block=min_block, tuning=tuning)
+      min_block=min_block, tuning=tuning, refinement=refinement,
+      rescorer=rescorer)
 
 
 def tune_k(model: Transformer | Decoder, inputs, *, max_len: int,
@@ -390,6 +415,74 @@ def check_inputs(config, inputs, max_len: int, k: int = 1) -> np.ndarray:
   return array.astype(np.int32)
 
 
+def _refinement(config, k: int, refinement, rescorer):
+  """(refinement completed from the rescorer, its device arguments, the
+  static structure of a neural rescorer), after checking them."""
+  if refinement is None:
+    if rescorer is not None:
+      raise ValueError('a rescorer was given without a refinement.')
+    return None, None, None
+  if not isinstance(refinement, decoding.Refinement):
+    raise ValueError(f'refinement={refinement!r} is not a '
+                     f'decoding.Refinement.')
+  refinement.check(k, config.vocab_size)
+  kind = refinement.rescorer
+  if kind == 'none':
+    if rescorer is not None:
+      raise ValueError("rescorer 'none' takes no rescorer model.")
+    return dataclasses.replace(refinement, context=0), None, None
+  if kind == 'ngram':
+    if not isinstance(rescorer, ngram_lib.NgramModel):
+      raise ValueError("rescorer 'ngram' needs an ngram.NgramModel.")
+    if rescorer.vocab_size != config.vocab_size:
+      raise ValueError(f'the n-gram model has a vocabulary of '
+                       f'{rescorer.vocab_size}, the model '
+                       f'{config.vocab_size}.')
+    return dataclasses.replace(
+        refinement, context=rescorer.order - 1,
+        start_id=config.bos_id), rescorer, None
+  if not isinstance(rescorer, Transformer) or \
+      rescorer.config.is_encoder_decoder:
+    raise ValueError("rescorer 'neural' needs a decoder-only Transformer "
+                     "(bpd_jax.drafts.lm).")
+  lm_config = rescorer.config
+  if lm_config.vocab_size != config.vocab_size:
+    raise ValueError(f'the rescoring LM has a vocabulary of '
+                     f'{lm_config.vocab_size}, the model {config.vocab_size}.')
+  if refinement.context > lm_config.max_target_len:
+    raise ValueError(f'the rescoring window of {refinement.context} tokens '
+                     f'exceeds the LM\'s max_target_len='
+                     f'{lm_config.max_target_len}.')
+  graphdef, weights = nnx.split(rescorer)
+  leaves, treedef = jax.tree_util.tree_flatten(weights)
+  return (dataclasses.replace(refinement, start_id=config.bos_id), leaves,
+          (graphdef, treedef))
+
+
+def _rescore_fn(options: _Options, rescorer):
+  """The refinement's `Rescore` function inside the jitted decode."""
+  refinement = options.refinement
+  if refinement is None or refinement.rescorer == 'none':
+    return None
+  if refinement.rescorer == 'ngram':
+    return functools.partial(ngram_lib.log_prob, rescorer)
+  graphdef, treedef = options.rescorer_structure
+  lm = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, rescorer))
+
+  def next_token_log_probs(tokens):  # [rows, window] -> [rows, vocab]
+    hidden = lm(None, tokens)[:, -1]
+    return jax.nn.log_softmax(lm.logits(hidden).astype(jnp.float32))
+  return next_token_log_probs
+
+
+def _take_rows(cache: DecodeCache, rows: jax.Array) -> DecodeCache:
+  """A draft's cache rows: the self-attention cache only. The encoder's
+  memory is the same for every draft of an example, and drafts only move
+  between rows of their own example."""
+  return dataclasses.replace(cache, self_attention=jax.tree.map(
+      lambda x: x[rows], cache.self_attention))
+
+
 def _replicate(model, mesh):
   if mesh is None:
     return model
@@ -398,11 +491,13 @@ def _replicate(model, mesh):
 
 
 def _decode_body(model: Transformer, inputs, options: _Options,
-                 weights=None, iterations=None):
+                 weights=None, iterations=None, rescorer=None):
   """The whole decode of a batch: encoder, prompt pass, decoding loop.
 
   `weights` are the model's `decoding_weights(options.k)`, laid out here
-  when not given; `iterations` forces the loop's length (timing).
+  when not given; `iterations` forces the loop's length (timing);
+  `rescorer` holds the refinement's device arrays (an NgramModel, or a
+  neural rescorer's flat weights).
   """
   config = model.config
   batch = inputs.shape[0]
@@ -423,14 +518,16 @@ def _decode_body(model: Transformer, inputs, options: _Options,
       next_token_logits=functools.partial(model.next_token_logits,
                                           weights=weights),
       proposal_logits=functools.partial(model.proposal_logits, k=k,
-                                        weights=weights))
+                                        weights=weights),
+      take_rows=_take_rows)
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id, iterations=iterations)
   if options.greedy:
     return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
   return decoding.blockwise_decode(
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
-      min_block=options.min_block, **ids)
+      min_block=options.min_block, refinement=options.refinement,
+      rescore=_rescore_fn(options, rescorer), **ids)
 
 
 # The model as a pytree (module functions): its structure and config are the
@@ -445,10 +542,11 @@ def _structure_decoder(graphdef, treedef):
   Shared by Decoders of models with the same structure (e.g. one a periodic
   evaluation during training), so they reuse each other's compilations.
   """
-  def decode(weights, layout, inputs, options, iterations=None):
+  def decode(weights, layout, inputs, options, iterations=None,
+             rescorer=None):
     weights = jax.tree_util.tree_unflatten(treedef, weights)
     return _decode_body(nnx.merge(graphdef, weights), inputs, options,
-                        layout, iterations)
+                        layout, iterations, rescorer)
   return jax.jit(decode, static_argnames=('options',))
 
 

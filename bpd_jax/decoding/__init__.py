@@ -9,7 +9,9 @@ from bpd_jax.decoding.blockwise import blockwise_decode
 from bpd_jax.decoding.criteria import (Criterion, Distance, Exact, TopK,
                                       from_spec)
 from bpd_jax.decoding.greedy import greedy_decode
+from bpd_jax.decoding.refine import Refinement
 from bpd_jax.decoding.types import DecodeResult, DecodingFns
 
 __all__ = ['Criterion', 'DecodeResult', 'DecodingFns', 'Distance', 'Exact',
-           'TopK', 'blockwise_decode', 'from_spec', 'greedy_decode']
+           'Refinement', 'TopK', 'blockwise_decode', 'from_spec',
+           'greedy_decode']

@@ -13,6 +13,12 @@ Shapes are fixed: the output buffer is padded to max_len + k, every example
 keeps its own length, a block is written at each example's own offset, and
 the cache entries of rejected proposals are masked by position and later
 overwritten. Finished examples ride along without changing.
+
+With a `refine.Refinement`, each call verifies p drafts per example (Kim et
+al. 2024): the drafts are folded into the batch (the cache keeps one row per
+draft), the draft with the longest accepted prefix wins, and its cache rows
+are copied over the others' for the next call. Refinement changes what is
+proposed, never what is accepted.
 """
 
 import dataclasses
@@ -24,6 +30,7 @@ import jax.numpy as jnp
 from bpd_jax import ops
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 
 
@@ -38,7 +45,8 @@ class BlockwiseState:
     done: [batch] bool, the example has produced eos_id or max_len tokens.
     block: [batch, k] the next call's input: block[:, 0] is the last accepted
       token (tokens[:, lengths - 1]), block[:, 1:] the proposals after it.
-    cache: the model's cache.
+      With refinement [batch, p, k]: p such drafts.
+    cache: the model's cache (with refinement: batch * p rows, draft-minor).
     model_calls: [batch] calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram of tokens appended per call.
   """
@@ -81,7 +89,10 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      eos_id: int, pad_id: int,
                      criterion: criteria_lib.Criterion = criteria_lib.Exact(),
                      min_block: int = 1,
-                     iterations: jax.Array | None = None) -> DecodeResult:
+                     iterations: jax.Array | None = None,
+                     refinement: refine_lib.Refinement | None = None,
+                     rescore: refine_lib.Rescore | None = None
+                     ) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
   Args:
@@ -99,6 +110,10 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       accepts the first l - 1 proposals unverified.
     iterations: exactly this many loop iterations (timing; see
       `prompt.run_loop`); None: until every example has ended.
+    refinement: draft refinement (several drafts verified per call); None,
+      or options that propose what plain decoding proposes (one draft, no
+      rescoring), run the plain loop.
+    rescore: the refinement's rescorer (`refine.Rescore`), if it has one.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
@@ -108,6 +123,15 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   batch = prompt.shape[0]
   last, cache = prompt_lib.prefill(fns, cache, prompt, prompt_lengths)
   first = prompt_lib.argmax(fns.next_token_logits(last))
+  options = dict(k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id,
+                 criterion=criterion, min_block=min_block)
+  if refinement is not None and not refinement.is_plain and k > 1:
+    state = _refined_start(fns, cache, first, last, refinement, rescore,
+                           k=k, max_len=max_len, eos_id=eos_id,
+                           pad_id=pad_id)
+    step = functools.partial(_refined_step, fns, prompt_lengths, refinement,
+                             rescore, **options)
+    return _result(prompt_lib.run_loop(step, state, iterations), max_len)
   state = BlockwiseState(
       tokens=jnp.full((batch, max_len + k), pad_id, jnp.int32)
       .at[:, 0].set(first),
@@ -119,10 +143,12 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
 
   state = prompt_lib.run_loop(
-      functools.partial(_blockwise_step, fns, prompt_lengths, k=k,
-                        max_len=max_len, eos_id=eos_id, pad_id=pad_id,
-                        criterion=criterion, min_block=min_block),
+      functools.partial(_blockwise_step, fns, prompt_lengths, **options),
       state, iterations)
+  return _result(state, max_len)
+
+
+def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
   return DecodeResult(tokens=state.tokens[:, :max_len], lengths=state.lengths,
                       model_calls=state.model_calls,
                       block_sizes=state.block_sizes)
@@ -150,11 +176,33 @@ def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
     _, accepted = verify(criterion, state.block[:, None, 1:],
                          logits[:, None, :-1], min_block - 1,
                          scored[:, None, :-1])
+  tokens, lengths, done, count = _append(state, state.block, scored,
+                                         accepted, k=k, max_len=max_len,
+                                         eos_id=eos_id, pad_id=pad_id)
 
-  # Appended tokens: the accepted proposals, then the scoring model's token.
+  # Combined scoring and proposal: the next block comes from this call's
+  # outputs at the last accepted position, one position per example.
+  block = _next_block(fns, ops.take_at(scored, accepted),
+                      ops.take_at(features, accepted), k)
+  return _advance(state, tokens, lengths, done, count, block, cache, k)
+
+
+def _append(state: BlockwiseState, block, scored, accepted, *, k, max_len,
+            eos_id, pad_id):
+  """Writes the accepted proposals and the scoring model's token after them.
+
+  Args:
+    state: the loop state before the call.
+    block: [batch, k] the verified draft (its first token already accepted).
+    scored: [batch, k] the scoring model's token after each draft position.
+    accepted: [batch] proposals accepted.
+
+  Returns:
+    (tokens, lengths, done, count [batch] tokens appended).
+  """
   position = jnp.arange(k)
   appended = jnp.where(position < accepted[:, None],
-                       jnp.roll(state.block, -1, axis=1), scored)
+                       jnp.roll(block, -1, axis=1), scored)
   count = accepted + 1
   is_eos = (appended == eos_id) & (position < count[:, None])
   count = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, count)
@@ -167,13 +215,82 @@ def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
   lengths = state.lengths + count
   # An eos cut off by max_len still ends the example: it reached max_len.
   done = state.done | is_eos.any(axis=1) | (lengths >= max_len)
+  return tokens, lengths, done, count
 
-  # Combined scoring and proposal: the next block comes from this call's
-  # outputs at the last accepted position, one position per example.
-  block = _next_block(fns, ops.take_at(scored, accepted),
-                      ops.take_at(features, accepted), k)
+
+def _advance(state, tokens, lengths, done, count, block, cache, k):
+  """The next loop state, with this call counted for live examples."""
+  live = ~state.done
   appended_here = jax.nn.one_hot(count, k + 1, dtype=jnp.int32)
   return BlockwiseState(
       tokens=tokens, lengths=lengths, done=done, block=block, cache=cache,
       model_calls=state.model_calls + live,
       block_sizes=state.block_sizes + appended_here * live[:, None])
+
+
+# --- Refined drafts: p per example, verified in the same call.
+
+
+def _history(refinement, tokens, lengths) -> jax.Array:
+  """[batch, c]: the output's last c tokens, oldest first (start_id before
+  its first token)."""
+  c = refinement.context
+  padded = jnp.concatenate(
+      [jnp.full((tokens.shape[0], c), refinement.start_id, tokens.dtype),
+       tokens], axis=1)
+  return ops.slice_at(padded, lengths, c)
+
+
+def _take_rows(fns, cache, rows):
+  if fns.take_rows is not None:
+    return fns.take_rows(cache, rows)
+  return jax.tree.map(lambda x: x[rows], cache)
+
+
+def _refined_start(fns, cache, first, last, refinement, rescore, *, k,
+                   max_len, eos_id, pad_id) -> BlockwiseState:
+  """The loop state after the prompt pass, with the cache row per draft."""
+  batch, p = first.shape[0], refinement.drafts
+  tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
+      first)
+  lengths = jnp.ones((batch,), jnp.int32)
+  block = refine_lib.propose(refinement, rescore, first,
+                             fns.proposal_logits(last),
+                             _history(refinement, tokens, lengths))
+  return BlockwiseState(
+      tokens=tokens, lengths=lengths,
+      done=(first == eos_id) | (max_len == 1), block=block,
+      # Every leaf replicated (an encoder's memory too); later calls move
+      # rows within an example only (`DecodingFns.take_rows`).
+      cache=jax.tree.map(lambda x: jnp.repeat(x, p, axis=0), cache),
+      model_calls=jnp.ones((batch,), jnp.int32),
+      block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
+
+
+def _refined_step(fns, prompt_lengths, refinement, rescore,
+                  state: BlockwiseState, *, k, max_len, eos_id, pad_id,
+                  criterion, min_block) -> BlockwiseState:
+  """One call verifying p drafts per example; the longest accepted wins."""
+  batch, p, _ = state.block.shape
+  start = jnp.repeat(prompt_lengths + state.lengths - 1, p)
+  features, cache = fns.extend(state.cache,
+                               state.block.reshape(batch * p, k), start)
+  logits = fns.next_token_logits(features)  # [batch * p, k, vocab]
+  scored = prompt_lib.argmax(logits).reshape(batch, p, k)
+  choice, accepted = verify(
+      criterion, state.block[:, :, 1:],
+      logits.reshape(batch, p, k, -1)[:, :, :-1], min_block - 1,
+      scored[:, :, :-1])
+  rows = jnp.arange(batch) * p + choice
+  block = ops.take_at(state.block, choice)
+  scored = ops.take_at(scored, choice)
+  tokens, lengths, done, count = _append(state, block, scored, accepted,
+                                         k=k, max_len=max_len, eos_id=eos_id,
+                                         pad_id=pad_id)
+  # Every draft's rows continue from the winner's cache.
+  cache = _take_rows(fns, cache, jnp.repeat(rows, p))
+  token = ops.take_at(scored, accepted)
+  proposals = fns.proposal_logits(ops.take_at(features[rows], accepted))
+  next_block = refine_lib.propose(refinement, rescore, token, proposals,
+                                  _history(refinement, tokens, lengths))
+  return _advance(state, tokens, lengths, done, count, next_block, cache, k)

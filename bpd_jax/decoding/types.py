@@ -24,10 +24,18 @@ class DecodingFns(NamedTuple):
     proposal_logits: features [batch, ...] -> [batch, k - 1, vocab]. Heads
       2..k: the tokens 2..k positions after the given one. Unused by greedy
       decoding and by blockwise decoding with k = 1.
+    take_rows: (cache, rows [n]) -> the cache of those rows, in that order.
+      Used only to verify several drafts per example (draft refinement):
+      each draft gets its own cache rows (every leaf's leading axis is the
+      batch), and after a call the winning draft's rows are copied to the
+      other drafts of the same example. None: every leaf is taken along its
+      leading axis; a model can skip parts that all drafts of an example
+      share (an encoder's memory).
   """
   extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
   next_token_logits: Callable[[Any], jax.Array]
   proposal_logits: Callable[[Any], jax.Array] | None = None
+  take_rows: Callable[[Cache, jax.Array], Cache] | None = None
 
 
 @jax.tree_util.register_dataclass

@@ -1,0 +1,183 @@
+"""Draft analysis and refinement job (Kim et al. 2024).
+
+    python -m bpd_jax.drafts --config=configs/demo.py --workdir=/tmp/bpd_demo
+
+Restores the latest checkpoint in WORKDIR, then
+1. builds the n-gram model (interpolated Kneser-Ney, `drafts.ngram_order`)
+   from `drafts.corpus` (the training targets, or a file of sentences such
+   as a distilled corpus: the model's own outputs) and trains the small
+   rescoring LM on the same text (`drafts.lm_*`);
+2. decodes the first `drafts.num_examples` sentences of the eval split
+   greedily and analyses the heads' drafts on them (`analysis.py`): block
+   efficiency, consecutive repetition, head confidence by position, oracle
+   top-t block efficiency;
+3. decodes them with plain blockwise decoding and each of
+   `drafts.refinements` for every k in `drafts.ks`, timed side by side
+   (`compare.py`).
+Writes OUTPUT_DIR/drafts.json (everything), drafts.md (the table),
+drafts.png (the plots), ngram.npz and lm.npz (the rescorers, reusable from
+Python: `ngram.NgramModel.load`, `lm.load`).
+"""
+
+import json
+import os
+import time
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+import tabulate
+from ml_collections import config_flags
+
+from bpd_jax import generate
+from bpd_jax import train
+from bpd_jax.data import batching
+from bpd_jax.drafts import analysis
+from bpd_jax.drafts import checks
+from bpd_jax.drafts import compare
+from bpd_jax.drafts import lm as lm_lib
+from bpd_jax.drafts import ngram
+from bpd_jax.drafts import plots
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Config file: a Python file with get_config(arg).')
+_WORKDIR = flags.DEFINE_string('workdir', None,
+                               'Workdir of a training run (its checkpoint).')
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None, 'Where the report and rescorers go (default: '
+    'WORKDIR/drafts).')
+
+
+def corpus(config, task) -> list[list[int]]:
+  """The rescorers' training text as token ids (eos-ended)."""
+  d = config.drafts
+  if d.corpus == 'targets':
+    pairs = task.pairs('train')
+    texts = [target for _, target in pairs]
+  else:
+    if not os.path.isfile(d.corpus):
+      raise ValueError(f'drafts.corpus={d.corpus!r}: no such file (give '
+                       f"'targets' or a file of target sentences, one a "
+                       f'line).')
+    with open(d.corpus) as f:
+      texts = [line.rstrip('\n') for line in f]
+  texts = texts[:d.corpus_limit or None]
+  eos = [train.model_config_from(config, task.vocab.vocab_size).eos_id]
+  return [ids + eos for ids in task.vocab.encode_many(texts)]
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  config = _CONFIG.value
+  workdir = _WORKDIR.value
+  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+    raise app.UsageError(f'no checkpoints in {workdir}: train first '
+                         f'(python -m bpd_jax.main).')
+  model, task = train.restore_model(config, workdir)
+  mc = model.config
+  try:
+    refinements = checks.check(config, mc.num_proposal_heads, mc.vocab_size)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  d = config.drafts
+  output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'drafts')
+  os.makedirs(output_dir, exist_ok=True)
+  log = lambda line: print(line, flush=True)
+  report = dict(config=config.to_dict(), workdir=workdir,
+                device=str(jax.devices()[0]),
+                date=time.strftime('%Y-%m-%d %H:%M'))
+
+  # 1. The rescorers.
+  text = corpus(config, task)
+  begin = time.perf_counter()
+  ngram_model = ngram.build(text, order=d.ngram_order,
+                            vocab_size=mc.vocab_size, bos_id=mc.bos_id,
+                            eos_id=mc.eos_id)
+  ngram_model.save(os.path.join(output_dir, 'ngram.npz'))
+  report['ngram'] = dict(
+      order=d.ngram_order, sentences=len(text),
+      contexts=int(ngram_model.context_word.shape[0]),
+      entries=int(ngram_model.entry_word.shape[0]),
+      megabytes=round(ngram_model.nbytes() / 2**20, 2),
+      build_s=round(time.perf_counter() - begin, 1))
+  log(f'n-gram model: {report["ngram"]}')
+  lm = lm_lib.make(mc.vocab_size, d.lm_window, d_model=d.lm_d_model,
+                   layers=d.lm_layers, seed=config.seed)
+  log(f'Training the rescoring LM ({d.lm_steps} steps)...')
+  report['lm'] = lm_lib.train(
+      lm, lm_lib.windows(text, d.lm_window, bos_id=mc.bos_id,
+                         eos_id=mc.eos_id), steps=d.lm_steps,
+      seed=config.seed, log=log)
+  held_out = [t + [mc.eos_id] for t in task.vocab.encode_many(
+      [target for _, target in task.pairs(config.eval.split)])]
+  report['lm']['eval_loss'] = round(lm_lib.evaluate(lm, lm_lib.windows(
+      held_out, d.lm_window, bos_id=mc.bos_id, eos_id=mc.eos_id)), 4)
+  lm_lib.save(lm, os.path.join(output_dir, 'lm.npz'))
+  log(f'rescoring LM: {report["lm"]}')
+  rescorers = dict(ngram=ngram_model, neural=lm)
+
+  # 2. Analysis on the greedy outputs.
+  max_len = config.eval.max_len
+  sources, _ = task.sources(config.eval.split, mc.max_source_len,
+                            d.num_examples)
+  decoder = generate.Decoder(model)
+  padded = batching.pad_rows(sources, mc.max_source_len)
+  outputs, lengths = [], []
+  for start in range(0, len(padded), 32):
+    result = decoder.greedy(padded[start:start + 32], max_len=max_len)
+    outputs.append(np.asarray(result.tokens))
+    lengths.append(np.asarray(result.lengths))
+  outputs, lengths = np.concatenate(outputs), np.concatenate(lengths)
+  heads = max(d.ks)
+  top, conf = [], []
+  for start in range(0, len(padded), 16):
+    t, c = analysis.head_predictions(
+        model, padded[start:start + 16], outputs[start:start + 16],
+        heads=heads, top_t=max(d.top_ts))
+    top.append(np.asarray(t))
+    conf.append(np.asarray(c))
+  top, conf = np.concatenate(top), np.concatenate(conf)
+  report['analysis'] = dict(
+      examples=len(sources), tokens=int(lengths.sum()),
+      confidence=analysis.confidence(top, conf, outputs, lengths),
+      per_k={})
+  for k in d.ks:
+    oracle = {}
+    for t in d.top_ts:
+      tokens, calls = analysis.simulate_blocks(top, outputs, lengths, k, t)
+      oracle[t] = round(tokens / calls, 3)
+    report['analysis']['per_k'][k] = dict(
+        repetition=analysis.repetition(top, outputs, lengths, k),
+        oracle_block_efficiency=oracle)
+    log(f'k={k}: {report["analysis"]["per_k"][k]}')
+
+  # 3. Plain vs refined, timed side by side.
+  batches = list(batching.eval_batches(sources, d.batch_size,
+                                       mc.max_source_len))
+  chosen = compare.variants(d.ks, list(zip(d.refinements, refinements)))
+  rows = compare.run(decoder, batches, chosen, rescorers, max_len=max_len,
+                     repeats=d.repeats, progress=log)
+  report['compare'] = dict(batch_size=d.batch_size, repeats=d.repeats,
+                           rows=rows)
+  for k in d.ks:  # The simulation's plain efficiency beside the decoder's.
+    measured = next(r for r in rows if r['k'] == k and not r['refinement'])
+    report['analysis']['per_k'][k]['decoded_block_efficiency'] = (
+        measured['mean_block'])
+
+  with open(os.path.join(output_dir, 'drafts.json'), 'w') as f:
+    json.dump(report, f, indent=2)
+  table = tabulate.tabulate([[r[c] for c in compare.COLUMNS] for r in rows],
+                            headers=compare.COLUMNS, tablefmt='github')
+  with open(os.path.join(output_dir, 'drafts.md'), 'w') as f:
+    f.write(table + '\n')
+  plots.write(report, os.path.join(output_dir, 'drafts.png'))
+  log(table)
+  log(f'Wrote {output_dir}/drafts.json, drafts.md, drafts.png, ngram.npz, '
+      f'lm.npz.')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['config', 'workdir'])
+  app.run(main)

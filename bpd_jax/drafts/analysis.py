@@ -1,0 +1,156 @@
+"""What the heads' drafts look like (Kim et al. 2024, Section 4).
+
+Measured teacher-forced on the model's own greedy outputs: one full forward
+pass over bos + output gives, at every output position i, every head's
+distribution, exactly the ones the blockwise decoder sees when its last
+accepted token is the output's token i (head h predicts token i + h - 1).
+Every position is a potential draft, so the statistics cover all of them,
+not only the positions a particular k happens to visit; block efficiency
+is then simulated from the same arrays with the decoder's acceptance rule
+(and cross-checked against a real decode by the job).
+
+- consecutive repetition: adjacent equal tokens in a k-token draft (the
+  scoring model's token and heads 2..k's argmax), beside the same rate in
+  the outputs themselves;
+- head confidence: mean max softmax probability of each head, and how
+  often its argmax is the greedy token;
+- oracle top-t block efficiency: tokens per call if each call verified the
+  best draft of the heads' top-t lattice (the greedy token wherever it is
+  among a head's top t): the headroom of draft refinement.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpd_jax.models.transformer import Transformer
+
+
+def head_predictions(model: Transformer, sources: np.ndarray,
+                     outputs: np.ndarray, *, heads: int,
+                     top_t: int) -> tuple[np.ndarray, np.ndarray]:
+  """Every head's top-t tokens and confidence at every output position.
+
+  Args:
+    model: an encoder-decoder Transformer with >= `heads` proposal heads.
+    sources: [batch, source_length] right-padded sources.
+    outputs: [batch, length] the model's greedy outputs (pad after eos).
+    heads: K, heads read (1 = the scoring model).
+    top_t: tokens kept per head.
+
+  Returns:
+    (top [batch, length, K, t] token ids, best first; confidence
+    [batch, length, K] max softmax probability).
+  """
+  if not model.config.is_encoder_decoder:
+    raise ValueError('draft analysis reads an encoder-decoder model.')
+  return _predict(model, jnp.asarray(sources), jnp.asarray(outputs),
+                  heads, top_t)
+
+
+@functools.partial(jax.jit, static_argnames=('heads', 'top_t'))
+def _predict(model, sources, outputs, heads, top_t):
+  config = model.config
+  decoder_input = jnp.concatenate(
+      [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
+       outputs[:, :-1]], axis=1)
+  hidden = model(sources, decoder_input)
+  logits = model.head_logits(hidden, 0, heads).astype(jnp.float32)
+  probs = jax.nn.softmax(logits)
+  confidence, top = jax.lax.top_k(probs, top_t)
+  return top, confidence[..., 0]
+
+
+def simulate_blocks(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
+                    k: int, t: int) -> tuple[int, int]:
+  """(tokens, model calls) of blockwise decoding with oracle top-t drafts.
+
+  t = 1 is plain blockwise decoding with exact verification. The counting
+  is the decoder's: the first call yields one token; each later call
+  accepts the proposals up to the first miss and appends the scoring
+  model's token after them.
+
+  Args:
+    top: [batch, length, K, >= t] from `head_predictions`.
+    outputs: [batch, length] greedy outputs.
+    lengths: [batch] output lengths (eos included).
+    k: block size, 1 <= k <= K.
+    t: lattice width.
+  """
+  # hit[b, i, h]: head h + 1 at position i has output token i + h in its
+  # top t (False past the end).
+  batch, length, heads, _ = top.shape
+  position = np.arange(length)[:, None] + np.arange(heads)[None, :]
+  target = np.take_along_axis(
+      np.pad(outputs, ((0, 0), (0, heads))),
+      position.reshape(1, -1).repeat(batch, 0), axis=1).reshape(
+          batch, length, heads)
+  hit = (top[..., :t] == target[..., None]).any(-1)
+  hit &= position[None] < lengths[:, None, None]
+  tokens = calls = 0
+  for b in range(batch):
+    n, c = 1, 1  # The first call: one token.
+    while n < lengths[b]:
+      # The block after token n - 1 comes from position n - 1: heads 2..k.
+      accepted = 0
+      while accepted < k - 1 and hit[b, n - 1, accepted + 1]:
+        accepted += 1
+      n = min(n + accepted + 1, int(lengths[b]))
+      c += 1
+    tokens += int(lengths[b])
+    calls += c
+  return tokens, calls
+
+
+def repetition(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
+               k: int) -> dict:
+  """Consecutive repetition in the k-token drafts and in the outputs.
+
+  Returns:
+    dict(draft_pairs: fraction of adjacent draft positions with equal
+    tokens, drafts_with_repeat: fraction of drafts with at least one such
+    pair, output_pairs: the same pair fraction in the outputs, the rate
+    the drafts would show if the heads were always right).
+  """
+  drafts = top[:, :, :k, 0]  # [batch, length, k]
+  valid = np.arange(top.shape[1])[None, :] < lengths[:, None]
+  same = drafts[..., 1:] == drafts[..., :-1]
+  pairs = valid[..., None].repeat(k - 1, -1)
+  out_same = outputs[:, 1:] == outputs[:, :-1]
+  out_valid = np.arange(1, outputs.shape[1])[None, :] < lengths[:, None]
+  return dict(
+      draft_pairs=_ratio(same[pairs].sum(), pairs.sum()),
+      drafts_with_repeat=_ratio(same.any(-1)[valid].sum(), valid.sum()),
+      output_pairs=_ratio(out_same[out_valid].sum(), out_valid.sum()))
+
+
+def confidence(top: np.ndarray, conf: np.ndarray, outputs: np.ndarray,
+               lengths: np.ndarray) -> dict:
+  """Per head: mean max probability and accuracy against the greedy token."""
+  batch, length, heads, _ = top.shape
+  position = np.arange(length)[:, None] + np.arange(heads)[None, :]
+  target = np.take_along_axis(
+      np.pad(outputs, ((0, 0), (0, heads))),
+      position.reshape(1, -1).repeat(batch, 0), axis=1).reshape(
+          batch, length, heads)
+  valid = position[None] < lengths[:, None, None]  # The token exists.
+  right = top[..., 0] == target
+  return dict(
+      mean_max_prob=[_ratio(conf[..., h][valid[..., h]].sum(),
+                            valid[..., h].sum()) for h in range(heads)],
+      accuracy=[_ratio(right[..., h][valid[..., h]].sum(),
+                       valid[..., h].sum()) for h in range(heads)],
+      mean_max_prob_when_right=[
+          _ratio(conf[..., h][valid[..., h] & right[..., h]].sum(),
+                 (valid[..., h] & right[..., h]).sum())
+          for h in range(heads)],
+      mean_max_prob_when_wrong=[
+          _ratio(conf[..., h][valid[..., h] & ~right[..., h]].sum(),
+                 (valid[..., h] & ~right[..., h]).sum())
+          for h in range(heads)])
+
+
+def _ratio(a, b) -> float:
+  return round(float(a) / float(b), 4) if b else float('nan')

@@ -1,0 +1,260 @@
+"""An interpolated Kneser-Ney n-gram model, built here, looked up on device.
+
+Kim et al. (2024) rescore the heads' draft lattice with an n-gram language
+model inside the decoding loop, so the model must live on the device and be
+read with fixed shapes. A dense table is out of the question for a 32k
+vocabulary (a bigram table alone would be 4 GB), so the model is kept as
+sorted arrays of what the corpus contains, searched by binary search:
+
+- a context trie, keyed (parent context node, word) with the words taken
+  most recent first, so every suffix of a context (the back-off chain) lies
+  on one path from the root: walking it costs n - 1 searches;
+- the probabilities of the seen n-grams, keyed (context node, word);
+- the unigram distribution, dense ([vocab]: the one dense table).
+
+The smoothing is interpolated Kneser-Ney (Chen and Goodman 1998, one
+discount per order): for a context h of length n - 1 with counts a(h, w)
+(raw counts at the highest order, continuation counts below it, raw counts
+again for n-grams that begin with the sentence-start padding),
+
+  P(w | h) = max(a(h, w) - D_n, 0) / a(h) + gamma(h) P(w | h'),
+  gamma(h) = D_n N1+(h .) / a(h),
+
+h' being h without its oldest word, and the unigram level interpolating with
+the uniform distribution over the vocabulary, so P(. | h) sums to 1 over the
+vocabulary for every context, seen or not. A seen (h, w) stores P(w | h);
+an unseen one is gamma(h) P(w | h') (gamma = 1 for an unseen context), the
+back-off form of the same interpolated model, so lookups are exact.
+"""
+
+import collections
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NgramModel:
+  """The model as device arrays (a pytree: pass it into jitted functions).
+
+  Attributes:
+    order: n, the longest n-gram (static).
+    context_parent: [C] int32, context node i + 1 extends node
+      context_parent[i] (0 is the empty context) by one older word.
+    context_word: [C] int32, that word. (parent, word) pairs are sorted.
+    context_log_backoff: [C + 1] float32, log gamma of each context node.
+    entry_context: [E] int32, the context node of a seen n-gram (order >= 2).
+    entry_word: [E] int32, its last word. (context, word) pairs are sorted.
+    entry_log_prob: [E] float32, log P(word | context).
+    unigram_log_prob: [vocab] float32, log P(word).
+  """
+  order: int = dataclasses.field(metadata=dict(static=True))
+  context_parent: jax.Array
+  context_word: jax.Array
+  context_log_backoff: jax.Array
+  entry_context: jax.Array
+  entry_word: jax.Array
+  entry_log_prob: jax.Array
+  unigram_log_prob: jax.Array
+
+  @property
+  def vocab_size(self) -> int:
+    return self.unigram_log_prob.shape[0]
+
+  def save(self, path: str):
+    """Writes the arrays to `path` (.npz)."""
+    np.savez(path, order=self.order, **{
+        f.name: np.asarray(getattr(self, f.name))
+        for f in dataclasses.fields(self) if f.name != 'order'})
+
+  @classmethod
+  def load(cls, path: str) -> 'NgramModel':
+    with np.load(path) as data:
+      return cls(order=int(data['order']), **{
+          f.name: jnp.asarray(data[f.name])
+          for f in dataclasses.fields(cls) if f.name != 'order'})
+
+  def nbytes(self) -> int:
+    return sum(int(np.asarray(x).nbytes) for x in jax.tree.leaves(self))
+
+
+def build(sentences: Iterable[Sequence[int]], *, order: int, vocab_size: int,
+          bos_id: int, eos_id: int) -> NgramModel:
+  """Counts a corpus and smooths it (interpolated Kneser-Ney).
+
+  Args:
+    sentences: token id sequences (eos_id appended where missing); each is
+      preceded by order - 1 bos_id, the context the decoder gives the first
+      tokens of an output.
+    order: n >= 1.
+    vocab_size: ids lie in [0, vocab_size).
+    bos_id, eos_id: sentence start padding and end.
+
+  Returns:
+    the NgramModel.
+  """
+  if not isinstance(order, int) or order < 1:
+    raise ValueError(f'n-gram order must be an integer >= 1, got {order!r}.')
+  counts = [collections.Counter() for _ in range(order + 1)]  # By length.
+  sentences_seen = 0
+  for sentence in sentences:
+    ids = list(sentence)
+    if not ids or ids[-1] != eos_id:
+      ids.append(eos_id)
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+      raise ValueError(f'token id {bad[0]} is outside the vocabulary '
+                       f'[0, {vocab_size}).')
+    padded = (bos_id,) * (order - 1) + tuple(ids)
+    for i in range(order - 1, len(padded)):
+      for n in range(1, order + 1):
+        counts[n][padded[i - n + 1:i + 1]] += 1
+    sentences_seen += 1
+  if not sentences_seen:
+    raise ValueError('the n-gram corpus is empty.')
+
+  # a(g) per length: raw at the top order and for n-grams opening with the
+  # padding; otherwise the number of distinct words seen before g.
+  adjusted = [None] * (order + 1)
+  adjusted[order] = counts[order]
+  for n in range(order - 1, 0, -1):
+    continuation = collections.Counter()
+    for gram in adjusted[n + 1]:
+      continuation[gram[1:]] += 1
+    adjusted[n] = collections.Counter({
+        gram: (counts[n][gram] if gram[0] == bos_id else c)
+        for gram, c in continuation.items()})
+  discounts = [None] + [_discount(adjusted[n]) for n in range(1, order + 1)]
+
+  # Per context (a tuple, oldest word first): a(h) and N1+(h .).
+  totals = [collections.Counter() for _ in range(order + 1)]
+  types = [collections.Counter() for _ in range(order + 1)]
+  for n in range(1, order + 1):
+    for gram, c in adjusted[n].items():
+      totals[n][gram[:-1]] += c
+      types[n][gram[:-1]] += 1
+
+  def backoff(n, context):
+    return discounts[n] * types[n][context] / totals[n][context]
+
+  unigram = np.full(vocab_size, backoff(1, ()) / vocab_size)
+  for (word,), c in adjusted[1].items():
+    unigram[word] += max(c - discounts[1], 0.0) / totals[1][()]
+  prob = {(): unigram}  # Context -> lookup; filled per order below.
+
+  def lookup(context, word):
+    """P(word | context) of the model being built (orders up to len + 1)."""
+    while context and context not in totals[len(context) + 1]:
+      context = context[1:]
+    if not context:
+      return unigram[word]
+    n = len(context) + 1
+    value = backoff(n, context) * lookup(context[1:], word)
+    c = adjusted[n].get(context + (word,), 0)
+    return value + max(c - discounts[n], 0.0) / totals[n][context]
+
+  # Context nodes, order by order; each order's (parent, word) keys sorted,
+  # and parents of longer contexts have larger ids: the concatenation is
+  # sorted too.
+  node = {(): 0}
+  parents, words, log_backoffs = [], [], [0.0]
+  for length in range(1, order):
+    keys = sorted((node[context[1:]], context[0], context)
+                  for context in totals[length + 1])
+    for parent, word, context in keys:
+      node[context] = len(parents) + 1
+      parents.append(parent)
+      words.append(word)
+      log_backoffs.append(math.log(backoff(length + 1, context)))
+  entries = sorted(
+      (node[gram[:-1]], gram[-1], gram) for n in range(2, order + 1)
+      for gram in adjusted[n])
+  return NgramModel(
+      order=order,
+      context_parent=jnp.asarray(np.array(parents, np.int32)),
+      context_word=jnp.asarray(np.array(words, np.int32)),
+      context_log_backoff=jnp.asarray(np.array(log_backoffs, np.float32)),
+      entry_context=jnp.asarray(np.array([e[0] for e in entries], np.int32)),
+      entry_word=jnp.asarray(np.array([e[1] for e in entries], np.int32)),
+      entry_log_prob=jnp.asarray(np.log(np.array(
+          [lookup(g[:-1], g[-1]) for _, _, g in entries],
+          np.float64)).astype(np.float32)),
+      unigram_log_prob=jnp.asarray(np.log(unigram).astype(np.float32)))
+
+
+def _discount(adjusted: collections.Counter) -> float:
+  """D = n1 / (n1 + 2 n2) from the counts of counts (0.5 without both)."""
+  n1 = sum(1 for c in adjusted.values() if c == 1)
+  n2 = sum(1 for c in adjusted.values() if c == 2)
+  return n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
+
+
+def log_prob(model: NgramModel, context: jax.Array,
+             word: jax.Array) -> jax.Array:
+  """log P(word | context) on device, for any batch of queries.
+
+  Args:
+    model: the NgramModel.
+    context: [..., order - 1] int the preceding tokens, oldest first (bos_id
+      where the output is shorter than the context).
+    word: [...] int the predicted token.
+
+  Returns:
+    [...] float32; exp of it sums to 1 over the vocabulary for any context.
+  """
+  n = model.order
+  if context.shape[-1] != n - 1:
+    raise ValueError(f'a {n}-gram context has {n - 1} tokens; got '
+                     f'{context.shape[-1]}.')
+  result = model.unigram_log_prob[word]
+  found_context = jnp.ones(word.shape, bool)
+  node = jnp.zeros(word.shape, jnp.int32)
+  # Longer contexts come later and override, each adding its back-off to
+  # whatever the shorter ones gave (the back-off chain, unrolled).
+  for length in range(1, n):
+    index, hit = _search(model.context_parent, model.context_word, node,
+                         context[..., n - 1 - length])
+    found_context = found_context & hit
+    node = jnp.where(found_context, index + 1, 0)
+    entry, seen = _search(model.entry_context, model.entry_word, node, word)
+    seen = seen & found_context
+    backoff = jnp.where(found_context, model.context_log_backoff[node], 0.)
+    result = jnp.where(seen, model.entry_log_prob[entry], result + backoff)
+  return result
+
+
+def _search(keys_a: jax.Array, keys_b: jax.Array, a: jax.Array,
+            b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Binary search of (a, b) among lexicographically sorted (keys_a, keys_b).
+
+  Args:
+    keys_a, keys_b: [N] int32 sorted pairs.
+    a, b: [...] int32 queries.
+
+  Returns:
+    (index [...] of the pair where found, found [...] bool).
+  """
+  size = keys_a.shape[0]
+  if size == 0:
+    return jnp.zeros(a.shape, jnp.int32), jnp.zeros(a.shape, bool)
+  def halve(_, bounds):
+    low, high = bounds
+    middle = (low + high) // 2
+    at = jnp.minimum(middle, size - 1)
+    key_a, key_b = keys_a[at], keys_b[at]
+    below = (key_a < a) | ((key_a == a) & (key_b < b))
+    return (jnp.where(below & (low < high), middle + 1, low),
+            jnp.where(~below & (low < high), middle, high))
+
+  # A fixed number of halvings (static shapes), as a loop: unrolled, the
+  # searches of a decoding step made programs that took minutes to compile.
+  low, _ = jax.lax.fori_loop(
+      0, size.bit_length(), halve,
+      (jnp.zeros(a.shape, jnp.int32), jnp.full(a.shape, size, jnp.int32)))
+  at = jnp.minimum(low, size - 1)
+  return at, (low < size) & (keys_a[at] == a) & (keys_b[at] == b)
