@@ -100,4 +100,23 @@ def get_config(arg=None):
   ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 100  # Sentences decoded by those evaluations.
   ev.after_training = True  # The main job evaluates when training ends.
+  # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
+  config.drafts = dr = ml_collections.ConfigDict()
+  dr.ks = (4, 8)  # Block sizes analysed, and compared plain vs refined.
+  dr.num_examples = 50 if quick else 200  # First N eval sentences analysed and decoded (0: all).
+  dr.batch_size = 1  # Sentences decoded together in the timed comparison.
+  dr.repeats = 3  # Interleaved timed rounds; the median is reported.
+  dr.top_ts = (1, 2, 3, 5, 10)  # t of the oracle top-t block efficiency.
+  # Refinements compared with plain drafts: 'RESCORER:p=P,t=T,w=W', RESCORER
+  # none (heads' scores alone), ngram or neural; p drafts verified per call,
+  # t tokens per head, w the rescorer's weight (bpd_jax/drafts/checks.py).
+  dr.refinements = ('none:p=4,t=2', 'ngram:p=1,t=4,w=0.2',
+                    'ngram:p=4,t=4,w=0.2', 'neural:p=1,t=4,w=0.2')
+  dr.corpus = 'targets'  # Rescorers' text: training targets, or a file (e.g. a distilled train.tgt).
+  dr.corpus_limit = 0  # Sentences of it used (0: all).
+  dr.ngram_order = 3  # n of the Kneser-Ney n-gram model.
+  dr.lm_window = 8  # Output tokens the neural rescorer reads before a draft.
+  dr.lm_d_model = 64  # Width of the neural rescorer (a decoder-only Transformer).
+  dr.lm_layers = 2  # Its depth.
+  dr.lm_steps = 100 if quick else 1500  # Its training steps (batch 256 windows).
   return config

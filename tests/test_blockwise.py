@@ -19,6 +19,7 @@ import pytest
 
 from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
 from bpd_jax.decoding import blockwise
+from bpd_jax.decoding import Refinement
 from bpd_jax.decoding.prompt import required_positions
 
 import fake_model
@@ -35,16 +36,30 @@ CRITERIA = {
 
 
 def decode(mode, k, max_len, criterion=Exact(), min_block=1,
-           prompt=PROMPT, lengths=LENGTHS, eos_position=EOS_POSITION):
+           prompt=PROMPT, lengths=LENGTHS, eos_position=EOS_POSITION,
+           refinement=None, rescore=None, fns=None, trace=False):
   prompt = jnp.asarray(prompt, jnp.int32)
   cache = fake_model.make_cache(
       prompt.shape[0], required_positions(prompt.shape[1], max_len, k),
       eos_position)
-  run = jax.jit(functools.partial(
-      blockwise_decode, fake_model.make_fns(mode, k), k=k, max_len=max_len,
-      eos_id=fake_model.EOS, pad_id=fake_model.PAD, criterion=criterion,
-      min_block=min_block))
-  return run(cache, prompt, jnp.asarray(lengths, jnp.int32))
+  run = functools.partial(
+      blockwise_decode, fns or fake_model.make_fns(mode, k), k=k,
+      max_len=max_len, eos_id=fake_model.EOS, pad_id=fake_model.PAD,
+      criterion=criterion, min_block=min_block, refinement=refinement,
+      rescore=rescore)
+  args = (cache, prompt, jnp.asarray(lengths, jnp.int32))
+  return jax.make_jaxpr(run)(*args) if trace else jax.jit(run)(*args)
+
+
+def second_best_fns(k):
+  """Heads that rank the right token second (their argmax is always wrong)."""
+  fns = fake_model.make_fns('oracle', k)
+
+  def proposal_logits(features):
+    right = jnp.argmax(fns.proposal_logits(features), axis=-1)
+    return (jax.nn.one_hot(right, fake_model.VOCAB) + 2.0 * jax.nn.one_hot(
+        fake_model.runner_up(right), fake_model.VOCAB))
+  return fns._replace(proposal_logits=proposal_logits)
 
 
 def greedy_reference(i, max_len):
@@ -177,3 +192,65 @@ def test_min_block_out_of_range_is_rejected():
     decode('oracle', 4, 10, min_block=5)
   with pytest.raises(ValueError, match='min_block=0'):
     decode('oracle', 4, 10, min_block=0)
+
+
+# --- Draft refinement: several drafts per example, verified in one call.
+
+
+@pytest.mark.parametrize('k, max_len', [(2, 40), (3, 17), (4, 3), (4, 40)])
+def test_all_lattice_drafts_verified_pick_the_longest_accepted(k, max_len):
+  # Plain drafts are all wrong; the top-2 lattice holds the right draft, and
+  # with every one of its 2^(k-1) paths verified, that one wins each call:
+  # the oracle heads' call counts, and the greedy output.
+  fns = second_best_fns(k)
+  plain = decode(None, k, max_len, fns=fns)
+  refined = decode(None, k, max_len, fns=fns,
+                   refinement=Refinement(drafts=2 ** (k - 1), top_t=2))
+  oracle = decode('oracle', k, max_len)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
+    m = len(expected)
+    np.testing.assert_array_equal(refined.tokens[i, :m], expected)
+    assert (refined.tokens[i, m:] == fake_model.PAD).all()
+    assert plain.model_calls[i] == m  # Every plain draft rejected.
+  np.testing.assert_array_equal(refined.model_calls, oracle.model_calls)
+  np.testing.assert_array_equal(refined.block_sizes, oracle.block_sizes)
+
+
+def test_fewer_drafts_than_paths_stay_exact():
+  # Two of the eight paths per call: the heads' best (all wrong) and one
+  # of the runners-up (one proposal right): still the greedy output, in
+  # fewer calls than greedy's but more than the oracle's.
+  k = 4
+  result = decode(None, k, 30, fns=second_best_fns(k),
+                  refinement=Refinement(drafts=2, top_t=2))
+  oracle = decode('oracle', k, 30)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, 30)
+    np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
+    assert oracle.model_calls[i] < result.model_calls[i] < len(expected)
+
+
+@pytest.mark.parametrize('mode', ['oracle', 'wrong', ('right_first', 2)])
+def test_one_draft_through_the_refined_loop_equals_plain(mode):
+  # weight 0: the rescorer is ignored, so the one draft is the heads'
+  # argmax; the refined loop (history, lattice, verification over a
+  # candidate axis) must then decode exactly as the plain one.
+  k, max_len = 5, 30
+  refinement = Refinement(drafts=1, top_t=3, rescorer='ngram', weight=0.0,
+                          context=2)
+  rescore = lambda context, word: jnp.zeros(word.shape)
+  plain = decode(mode, k, max_len)
+  refined = decode(mode, k, max_len, refinement=refinement, rescore=rescore)
+  for field in ('tokens', 'lengths', 'model_calls', 'block_sizes'):
+    np.testing.assert_array_equal(getattr(refined, field),
+                                  getattr(plain, field))
+
+
+def test_refinement_that_proposes_plain_drafts_is_the_plain_program():
+  plain = decode('oracle', 4, 20, trace=True)
+  for refinement in (Refinement(), Refinement(top_t=4),
+                     Refinement(drafts=1, top_t=4, rescorer='none')):
+    assert refinement.is_plain
+    assert str(decode('oracle', 4, 20, refinement=refinement,
+                      trace=True)) == str(plain)

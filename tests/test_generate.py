@@ -321,3 +321,69 @@ def test_memory_counts_every_parameter():
   greedy = generate.memory_bytes(model, inputs, max_len=10)
   blockwise = generate.memory_bytes(model, inputs, max_len=10, k=4)
   assert parameters < greedy < blockwise
+
+
+# --- Draft refinement (Kim et al. 2024) through the Decoder.
+
+
+def rescorers():
+  """A trigram model and a tiny neural LM over the test vocabulary."""
+  from bpd_jax.drafts import lm as lm_lib  # pylint: disable=g-import-not-at-top
+  from bpd_jax.drafts import ngram  # pylint: disable=g-import-not-at-top
+  corpus = [list(row[row > 1]) for row in random_inputs(5, 40, length=8)]
+  trigram = ngram.build(corpus, order=3, vocab_size=VOCAB, bos_id=2,
+                        eos_id=1)
+  return trigram, lm_lib.make(VOCAB, 4, d_model=16, layers=1)
+
+
+@pytest.mark.parametrize('encoder_layers', [
+    2, pytest.param(0, marks=pytest.mark.slow)])
+def test_refinements_keep_the_greedy_output(encoder_layers):
+  from bpd_jax.decoding import Refinement  # pylint: disable=g-import-not-at-top
+  trigram, lm = rescorers()
+  with jax.enable_x64(True):
+    model = random_model(3, encoder_layers=encoder_layers, head_scale=0.3)
+    decoder = generate.Decoder(model)
+    inputs = random_inputs(4, 4)
+    reference = decoder.greedy(inputs, max_len=20)
+    plain = decoder.blockwise(inputs, k=4, max_len=20)
+    for refinement, rescorer in [
+        (Refinement(drafts=4, top_t=2), None),
+        (Refinement(drafts=3, top_t=3, rescorer='ngram', weight=0.5),
+         trigram),
+        (Refinement(drafts=2, top_t=3, rescorer='neural', weight=0.5,
+                    context=4), lm)]:
+      result = decoder.blockwise(inputs, k=4, max_len=20,
+                                 refinement=refinement, rescorer=rescorer)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      # Each call verifies the heads' own draft or better ones: with p > 1
+      # drafts including the best-scored path no fewer tokens per call.
+      if refinement.rescorer == 'none':
+        assert (result.model_calls <= plain.model_calls).all()
+
+
+def test_bad_refinements(small_model):
+  from bpd_jax.decoding import Refinement  # pylint: disable=g-import-not-at-top
+  trigram, lm = rescorers()
+  cases = [
+      (dict(refinement=Refinement(drafts=9, top_t=2)),
+       'drafts=9 exceeds the 2\\^3 = 8 drafts'),
+      (dict(refinement=Refinement(top_t=8)), 'top_t=8 exceeds the '
+       'vocabulary size 7'),
+      (dict(refinement=Refinement(top_t=2, rescorer='ngram')),
+       "'ngram' needs an ngram.NgramModel"),
+      (dict(refinement=Refinement(top_t=2, rescorer='neural', context=4),
+            rescorer=small_model), "'neural' needs a decoder-only"),
+      (dict(refinement=Refinement(top_t=2, rescorer='neural', context=9),
+            rescorer=lm), 'window of 9 tokens exceeds'),
+      (dict(rescorer=trigram), 'rescorer was given without a refinement'),
+      (dict(k='auto', refinement=Refinement()), "k='auto' does not take"),
+  ]
+  for kwargs, message in cases:
+    kwargs = {'k': 4, 'max_len': 8, **kwargs}
+    with pytest.raises(ValueError, match=message):
+      generate.blockwise(small_model, [[3, 4, 1]], **kwargs)
+  with pytest.raises(ValueError, match='drafts=0 must be an integer >= 1'):
+    Refinement(drafts=0)
+  with pytest.raises(ValueError, match="rescorer 'bigram' is not one of"):
+    Refinement(rescorer='bigram')
