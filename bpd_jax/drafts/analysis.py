@@ -57,7 +57,7 @@ def _predict(model, sources, outputs, heads, top_t):
       [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
        outputs[:, :-1]], axis=1)
   hidden = model(sources, decoder_input)
-  logits = model.head_logits(hidden, 0, heads).astype(jnp.float32)
+  logits = model.head_logits(hidden, 0, heads)
   probs = jax.nn.softmax(logits)
   confidence, top = jax.lax.top_k(probs, top_t)
   return top, confidence[..., 0]
