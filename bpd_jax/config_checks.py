@@ -38,6 +38,8 @@ def check(config) -> None:
   if train.clip_norm < 0:
     raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
   decoding.from_spec(ev.criterion)
+  if config.task.name in tasks.IMAGE_TASKS:
+    _check_image_eval(config)
   heads = model.num_proposal_heads
   for k in ev.ks:
     if not isinstance(k, int) or not 1 <= k <= heads:
@@ -116,6 +118,23 @@ def _check_image_task(task) -> None:
       raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS name, '
                        f'e.g. "celeb_a".')
     _at_least(task, 'task', mock_examples=0)
+
+
+def _check_image_eval(config) -> None:
+  """The super-resolution report's fields (bpd_jax/sr_eval.py)."""
+  ev, task = config.eval, config.task
+  _at_least(ev, 'eval', grid_examples=1)
+  pixels = task.high_res * task.high_res * 3
+  if ev.max_len != pixels:
+    raise ValueError(f'eval.max_len={ev.max_len} must be {pixels}: a '
+                     f'{task.high_res}x{task.high_res}x3 image\'s '
+                     f'intensities.')
+  criteria = ev.get('criteria')
+  if not criteria or isinstance(criteria, str):
+    raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
+                     f'of criteria, e.g. (\'exact\', \'distance:4\').')
+  for spec in criteria:
+    decoding.from_spec(spec)
 
 
 def _check_buckets(config) -> None:

@@ -6,7 +6,10 @@ Decodes the config's eval split greedily and blockwise (eval.ks, criterion,
 min_block), prints a one-screen table and writes
 WORKDIR/eval_<split>.json: BLEU (sacreBLEU on detokenized output, with its
 signature), mean accepted block size, model calls, wall-clock, speedup over
-greedy and the fraction of outputs identical to greedy's.
+greedy and the fraction of outputs identical to greedy's. For an image task
+(configs/sr_demo.py, configs/celeba_sr.py) the report is bpd_jax/sr_eval.py's:
+PSNR/SSIM, mean accepted block, time per image, WORKDIR/sr_<split>.json and
+the image grid sr_<split>.png.
 """
 
 from absl import app
@@ -16,7 +19,9 @@ from ml_collections import config_flags
 from bpd_jax import config_checks
 from bpd_jax import decode_eval
 from bpd_jax import distributed
+from bpd_jax import sr_eval
 from bpd_jax import train
+from bpd_jax.data import tasks
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -31,7 +36,9 @@ def main(argv):
   config_checks.check(config)
   distributed.initialize()
   model, task = train.restore_model(config, _WORKDIR.value)
-  decode_eval.report(config, _WORKDIR.value, model, task)
+  report = (sr_eval.report if config.task.name in tasks.IMAGE_TASKS
+            else decode_eval.report)
+  report(config, _WORKDIR.value, model, task)
 
 
 if __name__ == '__main__':

@@ -4,7 +4,9 @@
 
 Trains as the config says (rerunning on the same workdir resumes from the
 latest checkpoint), then, with `eval.after_training`, decodes the eval split
-with greedy and blockwise decoders and prints the comparison table.
+with greedy and blockwise decoders and prints the comparison table (for an
+image task, the super-resolution report of bpd_jax/sr_eval.py with its
+image grid).
 Overrides: `--config.train.base_steps=500`; options: `--config=FILE:key=value`.
 """
 
@@ -15,7 +17,9 @@ from ml_collections import config_flags
 from bpd_jax import config_checks
 from bpd_jax import distributed
 from bpd_jax import decode_eval
+from bpd_jax import sr_eval
 from bpd_jax import train
+from bpd_jax.data import tasks
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -36,7 +40,9 @@ def main(argv):
     print(preempted)  # Saved; the rerun resumes. Not an error.
     return
   if config.eval.after_training:
-    decode_eval.report(config, _WORKDIR.value, model, task)
+    report = (sr_eval.report if config.task.name in tasks.IMAGE_TASKS
+              else decode_eval.report)
+    report(config, _WORKDIR.value, model, task)
 
 
 if __name__ == '__main__':

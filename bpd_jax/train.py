@@ -36,6 +36,7 @@ from bpd_jax import decode_eval
 from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import sharding
+from bpd_jax import sr_eval
 from bpd_jax.data import batching
 from bpd_jax.data import tasks
 from bpd_jax.models import Transformer, TransformerConfig
@@ -408,13 +409,20 @@ def _periodic_eval(config, graphdef, state, task, mesh, writer, step, log):
   decoders = [decode_eval.DecoderSpec()]
   if k > 1:
     decoders.append(decode_eval.DecoderSpec(k))
-  report = decode_eval.evaluate(
-      model, task, config.eval.split, decoders,
-      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
-      num_examples=config.eval.periodic_examples, mesh=mesh, log=lambda m: None)
-  values = {'eval/bleu': report['rows'][0]['bleu']}
+  options = dict(batch_size=config.eval.batch_size,
+                 num_examples=config.eval.periodic_examples, mesh=mesh,
+                 log=lambda m: None)
+  if config.task.name in tasks.IMAGE_TASKS:
+    rows = sr_eval.evaluate(model, task, config.eval.split, decoders,
+                            **options)['rows'][1:]  # After bicubic's row.
+    values = {'eval/psnr': rows[0]['psnr'], 'eval/ssim': rows[0]['ssim']}
+  else:
+    rows = decode_eval.evaluate(model, task, config.eval.split, decoders,
+                                max_len=config.eval.max_len,
+                                **options)['rows']
+    values = {'eval/bleu': rows[0]['bleu']}
   if k > 1:
-    values['eval/mean_block'] = report['rows'][1]['mean_block']
+    values['eval/mean_block'] = rows[1]['mean_block']
   writer.write(step, values)
   log(f'eval at step {step}: ' + ', '.join(f'{n} {v}'
                                            for n, v in values.items()))

@@ -1,0 +1,196 @@
+"""Super-resolution evaluation: decode images, measure them, draw the grid.
+
+Used by the main and evaluate jobs when the task is an image task
+('embedded_images', 'tfds_images'). Every decoder (greedy, then blockwise
+for each k in eval.ks and each criterion in eval.criteria) generates the
+high-resolution image of each low-resolution input, H * W * C intensities
+in raster order. The report gives, per decoder:
+- mean accepted block size (intensities per model call), model calls,
+  wall-clock per image and speedup over greedy;
+- PSNR and SSIM against the ground truth, and against greedy's output
+  (exact verification reproduces greedy's image: identical_to_greedy 1.0,
+  PSNR infinite, reported as null);
+- special_tokens: ids that are no intensity (pad, eos, bos) in the output,
+  drawn black. A trained model never emits them; a count above 0 means an
+  image ended early.
+Bicubic upsampling of the input is reported beside them, the baseline any
+learned super-resolution has to beat.
+
+Files: WORKDIR/sr_<split>.json (the rows, the config), sr_<split>.png (per
+example: input, bicubic, greedy, each blockwise decoder, ground truth).
+"""
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+import tabulate
+from PIL import Image
+from skimage import metrics
+
+from bpd_jax import decode_eval
+from bpd_jax import generate
+from bpd_jax import sharding
+from bpd_jax.data import batching
+from bpd_jax.data import images as images_lib
+
+COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
+           'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy')
+
+
+def decoders_from_config(eval_config) -> list[decode_eval.DecoderSpec]:
+  """Greedy first, then blockwise for every k in eval.ks and criterion."""
+  return [decode_eval.DecoderSpec()] + [
+      decode_eval.DecoderSpec(k, criterion, eval_config.min_block)
+      for k in eval_config.ks for criterion in eval_config.criteria]
+
+
+def psnr(truth: np.ndarray, test: np.ndarray) -> float | None:
+  """Mean PSNR in dB over images [N, H, W, C] uint8; None if all identical.
+
+  Identical images have an infinite PSNR; they are left out of the mean
+  (identical_to_greedy counts them).
+  """
+  values = [metrics.peak_signal_noise_ratio(a, b, data_range=255)
+            for a, b in zip(truth, test) if not np.array_equal(a, b)]
+  return round(float(np.mean(values)), 2) if values else None
+
+
+def ssim(truth: np.ndarray, test: np.ndarray) -> float:
+  """Mean SSIM over images [N, H, W, C] uint8 (a 7x7 window, or the side)."""
+  side = min(truth.shape[1:3])
+  window = min(7, side - (1 - side % 2))  # Odd, at most the image side.
+  return round(float(np.mean([
+      metrics.structural_similarity(a, b, data_range=255, channel_axis=-1,
+                                    win_size=window)
+      for a, b in zip(truth, test)])), 4)
+
+
+def bicubic(low: np.ndarray, size: int) -> np.ndarray:
+  """Bicubic upsampling [N, h, w, C] -> [N, size, size, C] uint8 (Pillow)."""
+  return np.stack([np.asarray(Image.fromarray(image).resize(
+      (size, size), Image.Resampling.BICUBIC)) for image in low])
+
+
+def evaluate(model, task, split: str,
+             decoders: list[decode_eval.DecoderSpec], *, batch_size: int,
+             num_examples: int = 0, mesh=None, log=print) -> dict:
+  """Decodes the images of `split` with every decoder.
+
+  Args:
+    model: the Transformer (encoder over the input image's intensities).
+    task: an image_tasks.ImageTask.
+    split: split name.
+    decoders: greedy first (the reference of speedups and comparisons).
+    batch_size: images decoded together.
+    num_examples: the first this many images (0: all).
+    mesh: optional mesh to shard the batch over.
+    log: progress messages go here.
+
+  Returns:
+    dict(split, examples, image_shape, rows, outputs, low, high), a row per
+    decoder and a bicubic row; outputs {decoder name: uint8 [N, H, W, C]}.
+  """
+  if not decoders or decoders[0].k:
+    raise ValueError('the first decoder must be greedy (k=0).')
+  shape = tuple(task.image_shape)
+  max_len = int(np.prod(shape))
+  low, high = task.images(split, num_examples)
+  if not len(low):
+    raise ValueError(f'split {split!r} has no images to decode.')
+  sources, _ = task.sources(split, model.config.max_source_len, num_examples)
+  batches = list(batching.eval_batches(sources, batch_size,
+                                       model.config.max_source_len))
+  decoder = generate.Decoder(model, mesh=mesh)
+  upsampled = bicubic(low, shape[0])
+  rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
+               ssim=ssim(high, upsampled))]
+  outputs, greedy, greedy_wall = {}, None, None
+  for spec in decoders:
+    jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
+    start = time.perf_counter()
+    results = [(spec.run(decoder, inputs, max_len), real)
+               for inputs, real in batches]
+    jax.block_until_ready([r for r, _ in results])
+    wall = time.perf_counter() - start
+    tokens = np.concatenate([np.asarray(r.tokens)[:real]
+                             for r, real in results])
+    lengths = np.concatenate([np.asarray(r.lengths)[:real]
+                              for r, real in results])
+    example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
+                        for r, real in results)
+    decoded = images_lib.from_tokens(tokens, shape)
+    if greedy is None:
+      greedy, greedy_wall = decoded, wall
+    outputs[spec.name] = decoded
+    identical = np.all(decoded == greedy, axis=(1, 2, 3))
+    rows.append(dict(
+        decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
+        min_block=spec.min_block,
+        mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
+        model_calls=sum(int(r.iterations) for r, _ in results),
+        s_per_image=round(wall / len(decoded), 4),
+        speedup=round(greedy_wall / wall, 3),
+        psnr=psnr(high, decoded), ssim=ssim(high, decoded),
+        psnr_vs_greedy=psnr(greedy, decoded),
+        ssim_vs_greedy=ssim(greedy, decoded),
+        identical_to_greedy=round(float(identical.mean()), 4),
+        special_tokens=int(images_lib.count_special(tokens).sum())))
+    log(f'  {spec.name}: mean block {rows[-1]["mean_block"]}, PSNR '
+        f'{rows[-1]["psnr"]} dB, {rows[-1]["s_per_image"]} s an image')
+  return dict(split=split, examples=len(low), image_shape=shape, rows=rows,
+              outputs=outputs, low=low, high=high, bicubic=upsampled)
+
+
+def write_grid(path: str, result: dict, examples: int) -> None:
+  """PNG: a row per example; input, bicubic, each decoder, ground truth."""
+  import matplotlib  # Imported here: only the writing process draws.
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt
+  blocks = {row['decoder']: row.get('mean_block') for row in result['rows']}
+  columns = ([('input', result['low']), ('bicubic', result['bicubic'])]
+             + [(name, images) for name, images in result['outputs'].items()]
+             + [('ground truth', result['high'])])
+  rows = min(examples, result['examples'])
+  figure, axes = plt.subplots(rows, len(columns), squeeze=False,
+                              figsize=(1.3 * len(columns), 1.3 * rows + 0.6))
+  for j, (name, images) in enumerate(columns):
+    title = name.replace('blockwise ', '')
+    if blocks.get(name):
+      title += f'\nblock {blocks[name]:.2f}'
+    axes[0, j].set_title(title, fontsize=7)
+    for i in range(rows):
+      axes[i, j].imshow(images[i], interpolation='nearest')
+      axes[i, j].axis('off')
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  plt.close(figure)
+
+
+def report(config, workdir: str, model, task, log=print) -> dict:
+  """Runs the comparison, prints the table, writes the JSON and the grid."""
+  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  model, mesh = decode_eval.placement(model, config, mesh, log)
+  decoders = decoders_from_config(config.eval)
+  shape = 'x'.join(map(str, task.image_shape))
+  log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
+      f'images, {shape}) with {len(decoders)} decoders:')
+  result = evaluate(model, task, config.eval.split, decoders,
+                    batch_size=config.eval.batch_size,
+                    num_examples=config.eval.num_examples, mesh=mesh, log=log)
+  if jax.process_index() == 0:
+    stem = os.path.join(workdir, f'sr_{config.eval.split}')
+    summary = dict(split=result['split'], examples=result['examples'],
+                   image_shape=result['image_shape'], rows=result['rows'])
+    with open(stem + '.json', 'w') as f:
+      json.dump(dict(summary, config=config.to_dict()), f, indent=2)
+    write_grid(stem + '.png', result, config.eval.grid_examples)
+    table = [[row.get(c, '') if row.get(c) is not None else '-'
+              for c in COLUMNS] for row in result['rows']]
+    log(tabulate.tabulate(table, headers=COLUMNS, tablefmt='github'))
+    log(f'{result["examples"]} {shape} images of {config.eval.split}, '
+        f'decoded {config.eval.batch_size} at a time. Report: {stem}.json, '
+        f'grid: {stem}.png')
+  return result

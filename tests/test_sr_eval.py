@@ -1,0 +1,114 @@
+"""Super-resolution evaluation: metrics, decoders, the report and its grid."""
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import decode_eval
+from bpd_jax import sr_eval
+from bpd_jax.data import image_tasks
+from bpd_jax.models import Transformer, TransformerConfig
+
+import train_configs
+
+
+def test_psnr_of_a_known_error_and_of_identical_images():
+  truth = np.zeros((2, 4, 4, 3), np.uint8)
+  test = truth.copy()
+  test[0] += 10  # MSE 100: 10 log10(255^2 / 100) = 28.13 dB.
+  assert sr_eval.psnr(truth, test) == pytest.approx(28.13, abs=0.01)
+  # The identical second image is left out (its PSNR is infinite).
+  assert sr_eval.psnr(truth, truth) is None
+
+
+def test_ssim_is_1_for_identical_images_and_lower_otherwise():
+  rng = np.random.default_rng(0)
+  truth = rng.integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+  assert sr_eval.ssim(truth, truth) == 1.0
+  noisy = np.clip(truth + rng.normal(0, 40, truth.shape), 0, 255).astype(
+      np.uint8)
+  assert sr_eval.ssim(truth, noisy) < 0.9
+  # Images smaller than the 7x7 window use a window of their side.
+  assert sr_eval.ssim(truth[:, :4, :4], truth[:, :4, :4]) == 1.0
+
+
+def test_bicubic_keeps_a_flat_image_flat():
+  low = np.full((2, 4, 4, 3), 77, np.uint8)
+  up = sr_eval.bicubic(low, 16)
+  assert up.shape == (2, 16, 16, 3) and up.dtype == np.uint8
+  assert (up == 77).all()
+
+
+def test_decoders_are_greedy_then_every_k_and_criterion():
+  config = train_configs.load_config('sr_demo')
+  names = [d.name for d in sr_eval.decoders_from_config(config.eval)]
+  assert names[0] == 'greedy'
+  assert len(names) == 1 + len(config.eval.ks) * len(config.eval.criteria)
+  assert 'blockwise k=8 distance:16' in names
+
+
+def tiny_image_task(count=5, high=4, low=2):
+  rng = np.random.default_rng(1)
+  high_images = rng.integers(0, 256, (count, high, high, 3), dtype=np.uint8)
+  low_images = high_images.reshape(count, low, high // low, low, high // low,
+                                   3).mean((2, 4)).astype(np.uint8)
+  return image_tasks.ImageTask((high, high, 3), (low, low, 3),
+                               {'validation': lambda: (low_images,
+                                                       high_images)})
+
+
+def tiny_image_model(high=4, low=2, seed=0):
+  config = TransformerConfig(
+      vocab_size=259, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+      num_decoder_layers=2, dropout_rate=0.0, positions='learned',
+      max_source_len=low * low * 3, max_target_len=high * high * 3 + 4,
+      num_proposal_heads=4, head_hidden=16, local_attention_block=6,
+      local_attention_memory=6)
+  model = Transformer(config, rngs=nnx.Rngs(seed))
+  # Heads that repeat head 1's token: long accepted blocks on a random model.
+  model.heads.w_out[...] = model.heads.w_out[...] * 0.0
+  return model
+
+
+def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
+  task, model = tiny_image_task(), tiny_image_model()
+  decoders = [decode_eval.DecoderSpec(), decode_eval.DecoderSpec(4),
+              decode_eval.DecoderSpec(4, 'distance:255')]
+  result = sr_eval.evaluate(model, task, 'validation', decoders,
+                            batch_size=2, log=lambda m: None)
+  bicubic, greedy, exact, loose = result['rows']
+  assert bicubic['decoder'] == 'bicubic' and bicubic['psnr'] > 0
+  assert exact['identical_to_greedy'] == 1.0
+  assert exact['psnr_vs_greedy'] is None  # Identical: infinite PSNR.
+  assert exact['psnr'] == greedy['psnr']
+  np.testing.assert_array_equal(result['outputs']['blockwise k=4'],
+                                result['outputs']['greedy'])
+  # Distance 255 accepts every proposal: blocks of k but for the last one.
+  assert loose['mean_block'] > exact['mean_block']
+  assert loose['mean_block'] >= 3.5
+  assert greedy['mean_block'] == 1.0
+  assert result['outputs']['greedy'].shape == (5, 4, 4, 3)
+
+
+def test_report_writes_the_json_and_the_grid(tmp_path):
+  config = train_configs.load_config('sr_demo', 'quick')
+  config.eval.update(ks=(2,), criteria=('exact',), num_examples=3,
+                     grid_examples=2, batch_size=1)
+  config.mesh.shape = (1,)
+  lines = []
+  sr_eval.report(config, str(tmp_path), tiny_image_model(), tiny_image_task(),
+                 log=lines.append)
+  report = json.loads((tmp_path / 'sr_validation.json').read_text())
+  assert [r['decoder'] for r in report['rows']] == [
+      'bicubic', 'greedy', 'blockwise k=2']
+  assert report['examples'] == 3 and report['image_shape'] == [4, 4, 3]
+  assert (tmp_path / 'sr_validation.png').read_bytes()[:4] == b'\x89PNG'
+  assert any('| decoder' in line for line in lines)
+
+
+def test_evaluate_needs_greedy_first():
+  with pytest.raises(ValueError, match='must be greedy'):
+    sr_eval.evaluate(tiny_image_model(), tiny_image_task(), 'validation',
+                     [decode_eval.DecoderSpec(2)], batch_size=1)
