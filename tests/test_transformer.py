@@ -54,7 +54,8 @@ def extend_in_chunks(model, source, tokens, starts, chunk):
 
 @pytest.mark.parametrize('encoder_layers', [2, 0])
 @pytest.mark.parametrize('pre_norm,positions', [(True, 'sinusoidal'),
-                                                (False, 'learned')])
+                                                (False, 'learned'),
+                                                (True, 'image')])
 @pytest.mark.parametrize('local_block,local_memory', [(0, 0), (3, 2)])
 def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
                                            positions, local_block,
@@ -64,7 +65,8 @@ def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
         **TINY, 'num_encoder_layers': encoder_layers, 'pre_norm': pre_norm,
         'positions': positions, 'dtype': 'float64',
         'param_dtype': 'float64', 'local_attention_block': local_block,
-        'local_attention_memory': local_memory})
+        'local_attention_memory': local_memory, 'source_image_side': 2,
+        'target_image_side': 2})
     model = Transformer(config, rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     source = None
@@ -141,6 +143,8 @@ def test_paper_sizes():
      'integer >= 0'),
     ('local_attention_memory', 4, 'local_attention_memory=4 needs local '
      'attention'),
+    ('positions', 'image', "source_image_side=0 must be an integer >= 1 "
+     "with positions='image'"),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -184,3 +188,19 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
   np.testing.assert_allclose(model.proposal_logits(hidden, 2),
                              model.head_logits(hidden, 1, 1),
                              rtol=1e-5, atol=1e-5)
+
+
+def test_image_positions_match_across_resolutions():
+  """The centre of an input pixel and of the output pixels over it: near
+  codes; a pixel elsewhere: a distant one."""
+  from bpd_jax.models import transformer
+  code = lambda position, side: transformer.image_positions(
+      jnp.array([position]), side, 3, 64)[0]
+  # Input pixel (1, 1) of a 2x2 image is output pixels (2..3, 2..3) of 4x4.
+  source = code((1 * 2 + 1) * 3, 2)
+  inside = code((2 * 4 + 2) * 3 + 1, 4)   # Pixel (2, 2), channel 1.
+  outside = code((0 * 4 + 3) * 3, 4)      # Pixel (0, 3).
+  assert jnp.linalg.norm(source - inside) < jnp.linalg.norm(source - outside)
+  # Channels share their pixel's code (the model adds a channel embedding).
+  np.testing.assert_allclose(code(9, 4), code(11, 4))
+

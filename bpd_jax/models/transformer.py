@@ -29,7 +29,7 @@ from flax import nnx
 from bpd_jax.models import attention
 from bpd_jax.models import heads as heads_lib
 
-POSITIONS = ('sinusoidal', 'learned')
+POSITIONS = ('sinusoidal', 'learned', 'image')
 DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
 
 # The paper's WMT14 sizes (Vaswani et al. 2017 "base" and "big"), and small
@@ -61,7 +61,11 @@ class TransformerConfig:
       layer, in training only.
     pre_norm: layer norm before each sublayer (and after the stack) rather
       than after each residual addition.
-    positions: 'sinusoidal' or 'learned' position embeddings.
+    positions: 'sinusoidal' or 'learned' position embeddings, or 'image':
+      sequences are images in raster order (row, column, channel), and a
+      position is encoded by where its pixel lies in the image (see
+      `image_positions`), so that encoder and decoder positions over the
+      same spot of a low- and a high-resolution image get matching codes.
     max_source_len: longest source sequence the encoder accepts.
     max_target_len: most decoder positions (prompt, generated tokens and the
       k - 1 positions of a proposal block past the last one).
@@ -76,6 +80,12 @@ class TransformerConfig:
       query blocks of this length (see attention.LocalWindow).
     local_attention_memory: with local attention, the positions before its
       block that a query also sees.
+    source_image_side: with positions='image', the side of the (square)
+      source image; decoder-only models leave it 0.
+    target_image_side: with positions='image', the side of the target
+      image; decoder position p is the position that predicts pixel
+      intensity p of the target.
+    image_channels: with positions='image', intensities per pixel.
     pad_id: padding token id.
     eos_id: end-of-sequence token id.
     bos_id: first decoder input of the encoder-decoder.
@@ -101,6 +111,9 @@ class TransformerConfig:
   head1_from_base: bool = True
   local_attention_block: int = 0
   local_attention_memory: int = 0
+  source_image_side: int = 0
+  target_image_side: int = 0
+  image_channels: int = 3
   pad_id: int = 0
   eos_id: int = 1
   bos_id: int = 2
@@ -145,6 +158,19 @@ class TransformerConfig:
     check(self.local_attention_block or not self.local_attention_memory,
           f'local_attention_memory={self.local_attention_memory} needs local '
           f'attention: set local_attention_block > 0.')
+    if self.positions == 'image':
+      sides = {}
+      if self.is_encoder_decoder:
+        sides['source_image_side'] = self.source_image_side
+      sides.update(target_image_side=self.target_image_side,
+                   image_channels=self.image_channels)
+      for name, value in sides.items():
+        check(isinstance(value, int) and value >= 1,
+              f'{name}={value!r} must be an integer >= 1 with '
+              f'positions=\'image\'.')
+      check(self.d_model % 4 == 0,
+            f'd_model={self.d_model} must be a multiple of 4 with '
+            f'positions=\'image\' (row and column codes of d_model / 2).')
     ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
     for name, value in ids.items():
       check(0 <= value < self.vocab_size,
@@ -211,13 +237,39 @@ class DecodingWeights:
 
 def sinusoidal_positions(positions: jax.Array, width: int,
                          dtype=jnp.float32) -> jax.Array:
-  """[..., width] sine/cosine encodings (Vaswani et al.) of int positions."""
+  """[..., width] sine/cosine encodings (Vaswani et al.) of positions.
+
+  Positions are usually ints; `image_positions` passes float coordinates.
+  """
   half = width // 2
   rates = jnp.exp(-math.log(10_000.0) * jnp.arange(half, dtype=dtype)
                   / max(half - 1, 1))
   angles = positions[..., None].astype(dtype) * rates
   enc = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
   return jnp.pad(enc, [(0, 0)] * positions.ndim + [(0, width - 2 * half)])
+
+
+def image_positions(positions: jax.Array, side: int, channels: int,
+                    width: int, dtype=jnp.float32) -> jax.Array:
+  """[..., width] codes of raster positions by their pixel's place.
+
+  Position p is pixel p // channels of a side x side image, at row r and
+  column c. Its code is the sinusoidal encoding of the pixel centre's row
+  coordinate (r + 0.5) * 64 / side in the first half of the width, and of
+  its column coordinate in the second half: coordinates in units of 1/64 of
+  the image, whatever its resolution, so the centre of an 8x8 input pixel
+  and the centres of the 4x4 output pixels over it get near codes. The
+  channel is left to a learned embedding (the model adds it). Positions
+  past the image (a decoder's padding) continue the rows below it.
+  """
+  pixel = positions // channels
+  scale = 64.0 / side
+  row = (pixel // side).astype(dtype) + 0.5
+  column = (pixel % side).astype(dtype) + 0.5
+  half = width // 2
+  return jnp.concatenate(
+      [sinusoidal_positions(row * scale, half, dtype),
+       sinusoidal_positions(column * scale, half, dtype)], axis=-1)
 
 
 class FeedForward(nnx.Module):
@@ -318,6 +370,8 @@ class Transformer(nnx.Module):
       self.target_positions = embed(config.max_target_len)
       if config.is_encoder_decoder:
         self.source_positions = embed(config.max_source_len)
+    if config.positions == 'image':
+      self.channel_embed = embed(config.image_channels)
     self.embed_dropout = nnx.Dropout(config.dropout_rate)
     self.encoder_layers = nnx.List(
         [EncoderLayer(config, rngs=rngs)
@@ -350,6 +404,11 @@ class Transformer(nnx.Module):
     if config.positions == 'learned':
       x = x + (self.source_positions if source else
                self.target_positions)(positions)
+    elif config.positions == 'image':
+      side = config.source_image_side if source else config.target_image_side
+      x = x + image_positions(positions, side, config.image_channels,
+                              config.d_model, x.dtype)
+      x = x + self.channel_embed(positions % config.image_channels)
     else:
       x = x + sinusoidal_positions(positions, config.d_model, x.dtype)
     return _dropout(self.embed_dropout, x, dropout_rngs)
