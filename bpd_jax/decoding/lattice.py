@@ -96,7 +96,7 @@ def best_paths(tokens: jax.Array, head_scores: jax.Array, history: jax.Array,
     else:
       origin, chosen = jnp.zeros_like(source), source
     choices = choices[jnp.arange(batch)[:, None, None], origin, beam]
-    choices = choices.at[..., j].set(chosen)
+    choices = choices.at[..., j].set(chosen.astype(jnp.int32))
   scores, pick = jax.lax.top_k(beams.reshape(batch, -1), paths)
   best = choices.reshape(batch, -1, m)[jnp.arange(batch)[:, None], pick]
   drafts = jnp.take_along_axis(tokens, best.transpose(0, 2, 1), axis=2)
