@@ -2,7 +2,8 @@
 
     python -m bpd_jax.drafts --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Restores the latest checkpoint in WORKDIR, then
+Restores the latest checkpoint in WORKDIR (or, with --init=random, a
+randomly initialised model of the config: the machinery only), then
 1. builds the n-gram model (interpolated Kneser-Ney, `drafts.ngram_order`)
    from `drafts.corpus` (the training targets, or a file of sentences such
    as a distilled corpus: the model's own outputs) and trains the small
@@ -28,22 +29,29 @@ from absl import flags
 import jax
 import numpy as np
 import tabulate
+from flax import nnx
 from ml_collections import config_flags
 
 from bpd_jax import generate
 from bpd_jax import train
 from bpd_jax.data import batching
+from bpd_jax.data import tasks
 from bpd_jax.drafts import analysis
 from bpd_jax.drafts import checks
 from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
 from bpd_jax.drafts import ngram
 from bpd_jax.drafts import plots
+from bpd_jax.models import Transformer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
 _WORKDIR = flags.DEFINE_string('workdir', None,
                                'Workdir of a training run (its checkpoint).')
+_INIT = flags.DEFINE_enum(
+    'init', 'checkpoint', ['checkpoint', 'random'],
+    'Weights: the latest checkpoint in --workdir, or random (the machinery '
+    'only: random heads accept next to nothing).')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Where the report and rescorers go (default: '
     'WORKDIR/drafts).')
@@ -72,25 +80,36 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config = _CONFIG.value
   workdir = _WORKDIR.value
-  if not os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if _INIT.value == 'checkpoint' and not os.path.isdir(
+      os.path.join(workdir, 'checkpoints')):
     raise app.UsageError(f'no checkpoints in {workdir}: train first '
-                         f'(python -m bpd_jax.main).')
-  model, task = train.restore_model(config, workdir)
+                         f'(python -m bpd_jax.main) or pass --init=random.')
+  try:  # Every field, before any work.
+    checks.check(config, config.model.num_proposal_heads)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  if _INIT.value == 'random':
+    task = tasks.load_task(config.task, workdir)
+    model = Transformer(
+        train.model_config_from(config, task.vocab.vocab_size),
+        rngs=nnx.Rngs(config.seed))
+  else:
+    model, task = train.restore_model(config, workdir)
   mc = model.config
   try:
     refinements = checks.check(config, mc.num_proposal_heads, mc.vocab_size)
+    text = corpus(config, task)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   d = config.drafts
   output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'drafts')
   os.makedirs(output_dir, exist_ok=True)
   log = lambda line: print(line, flush=True)
-  report = dict(config=config.to_dict(), workdir=workdir,
+  report = dict(config=config.to_dict(), workdir=workdir, init=_INIT.value,
                 device=str(jax.devices()[0]),
                 date=time.strftime('%Y-%m-%d %H:%M'))
 
   # 1. The rescorers.
-  text = corpus(config, task)
   begin = time.perf_counter()
   ngram_model = ngram.build(text, order=d.ngram_order,
                             vocab_size=mc.vocab_size, bos_id=mc.bos_id,

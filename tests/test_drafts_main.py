@@ -1,0 +1,46 @@
+"""The draft job, in a subprocess, as a user runs it."""
+
+import json
+
+import pytest
+
+from test_main import TINY, run
+
+SMALL = ['--config.drafts.ks=(2,3)', '--config.drafts.num_examples=4',
+         '--config.drafts.repeats=1', '--config.drafts.top_ts=(1,2)',
+         '--config.drafts.lm_steps=3', '--config.drafts.lm_window=4',
+         '--config.drafts.corpus_limit=200',
+         "--config.drafts.refinements=('ngram:p=2,t=2,w=0.2','neural:t=2')"]
+
+
+@pytest.mark.slow  # ~35 s: a subprocess that compiles seven decoders.
+def test_analysis_and_comparison_of_a_random_model(tmp_path):
+  result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
+               '--init=random')
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = tmp_path / 'drafts'
+  report = json.loads((out / 'drafts.json').read_text())
+  names = [r['decoder'] for r in report['compare']['rows']]
+  assert names == ['greedy', 'k=2 plain', 'k=2 ngram:p=2,t=2,w=0.2',
+                   'k=2 neural:t=2', 'k=3 plain', 'k=3 ngram:p=2,t=2,w=0.2',
+                   'k=3 neural:t=2']
+  assert all(r['identical_to_greedy'] == 1.0
+             for r in report['compare']['rows'])
+  for k, stats in report['analysis']['per_k'].items():
+    # The simulation of plain decoding is the decoder's own count.
+    assert stats['oracle_block_efficiency']['1'] == \
+        stats['decoded_block_efficiency'], k
+  assert len(report['analysis']['confidence']['accuracy']) == 3
+  for name in ('drafts.png', 'drafts.md', 'ngram.npz', 'lm.npz'):
+    assert (out / name).exists()
+
+
+def test_bad_fields_and_missing_inputs_stop_before_work(tmp_path):
+  result = run('drafts', *TINY, f'--workdir={tmp_path}')
+  assert result.returncode != 0 and 'no checkpoints in' in result.stderr
+  result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
+               '--init=random', "--config.drafts.refinements=('none:p=3',)")
+  assert result.returncode != 0 and 'drafts=3 exceeds' in result.stderr
+  result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
+               '--init=random', '--config.drafts.corpus=/no/such/file')
+  assert result.returncode != 0 and 'no such file' in result.stderr
