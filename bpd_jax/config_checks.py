@@ -35,6 +35,9 @@ def check(config) -> None:
   if not 0 <= train.head1_weight < 1:
     raise ValueError(f'train.head1_weight={train.head1_weight} must be in '
                      f'[0, 1).')
+  if not 0 <= train.get('input_dropout', 0.0) < 1:
+    raise ValueError(f'train.input_dropout={train.input_dropout} must be in '
+                     f'[0, 1).')
   if train.clip_norm < 0:
     raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
   decoding.from_spec(ev.criterion)

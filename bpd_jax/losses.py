@@ -59,7 +59,7 @@ def head_weights(first: int, count: int, head1_weight: float) -> jax.Array:
 def heads_loss(model, batch: dict, *, first: int, count: int,
                label_smoothing: float, random_head: bool,
                dropout_key: jax.Array, head_key: jax.Array,
-               head1_weight: float = 0.0):
+               head1_weight: float = 0.0, input_dropout: float = 0.0):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -73,6 +73,11 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     dropout_key: randomness of dropout (None: no dropout).
     head_key: randomness of the head draw.
     head1_weight: see `head_weights` (0: all heads weigh the same).
+    input_dropout: probability that a decoder input token (bos excepted)
+      is replaced by pad_id, drawn with `dropout_key`. Image models
+      otherwise learn to copy the previous pixel and ignore their input
+      image early in training; hiding some previous pixels makes the
+      encoder's input worth reading (word dropout, Bowman et al. 2016).
 
   Returns:
     (loss, metrics) where metrics holds per-head sums over the batch, each
@@ -81,8 +86,14 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   """
   target = batch['target']
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
-  hidden = model(batch['source'], shift_right(target, model.config.bos_id),
-                 dropout_rngs=rngs)
+  decoder_input = shift_right(target, model.config.bos_id)
+  if input_dropout and dropout_key is not None:
+    hidden_token = jax.random.bernoulli(
+        jax.random.fold_in(dropout_key, 1), input_dropout,
+        decoder_input.shape).at[:, 0].set(False)
+    decoder_input = jnp.where(hidden_token, model.config.pad_id,
+                              decoder_input)
+  hidden = model(batch['source'], decoder_input, dropout_rngs=rngs)
   states = model.heads(hidden, first, count)  # [batch, T, count, d_model]
   labels = shifted_targets(target, first, count, model.config.pad_id)
   weights = head_weights(first, count, head1_weight)

@@ -147,7 +147,8 @@ def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
           model, batch, first=phase.first_head, count=phase.num_heads,
           label_smoothing=train_config.label_smoothing,
           random_head=train_config.random_head, dropout_key=dropout_key,
-          head_key=head_key, head1_weight=train_config.head1_weight)
+          head_key=head_key, head1_weight=train_config.head1_weight,
+          input_dropout=train_config.get('input_dropout', 0.0))
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)

@@ -10,8 +10,8 @@ validation photo is a portrait no training crop comes from). A small
 conditional Image Transformer (the encoder reads the 8x8x3 input's
 intensities; the decoder writes the 16x16x3 = 768 output intensities in
 raster order with local 1D attention, each position seeing its own image
-row and the row above) trains for 1,200 steps, then 8 proposal heads with
-the whole model fine-tuned for 600 steps. Then it decodes 16 validation
+row and the row above) trains for 600 steps, then 8 proposal heads with
+the whole model fine-tuned for 300 steps. Then it decodes 16 validation
 images greedily and blockwise (k = 2, 4, 8; exact verification and the
 distance criterion |proposal - argmax| <= eps for eps = 4 and 16) and
 writes WORKDIR/sr_validation.json and sr_validation.png: per image the
@@ -21,8 +21,18 @@ output, the mean accepted block size and the wall-clock per image.
 
 Exact verification returns greedy's image, pixel for pixel. The distance
 criterion accepts proposals within eps intensities of greedy's choice:
-longer blocks, an image that differs from greedy's by at most what the
-PSNR/SSIM columns show.
+longer blocks, an image that differs from greedy's by what the PSNR/SSIM
+columns show.
+
+Measured on a 2-core CPU (14.5 minutes beside other jobs): mean accepted
+block 1.59 / 2.38 / 3.23 for k = 2 / 4 / 8 with exact verification
+(identical to greedy), 5.38 and 7.02 at k = 8 with eps = 4 and 16, a 2.35x
+faster decode at k = 8, eps = 16. What a few CPU minutes do not buy is
+detail: the model learns each crop's colours, and greedy decoding settles
+on a flat patch of them (PSNR ~16 dB against bicubic's 29). The pixels
+that differ under the distance criterion show that the model does read its
+input; the quality of the paper needs the CelebA run (configs/celeba_sr.py)
+and its training budget.
 
 Options (`--config=configs/sr_demo.py:quick`): quick (a one-minute run
 that shows the pipeline, not the quality). Any field can be overridden,
@@ -57,7 +67,7 @@ def get_config(arg=None):
   model.num_heads = 4  # Attention heads.
   model.num_encoder_layers = 2  # Encoder over the input's intensities.
   model.num_decoder_layers = 2  # Decoder depth.
-  model.dropout_rate = 0.0  # 20k crops, under two epochs: no overfitting.
+  model.dropout_rate = 0.0  # 20k crops, under one epoch: no overfitting.
   model.positions = 'image'  # Codes of each pixel's place in its image.
   model.source_image_side = low_res  # Side of the input image.
   model.target_image_side = high_res  # Side of the output image.
@@ -73,8 +83,8 @@ def get_config(arg=None):
 
   config.train = train = ml_collections.ConfigDict()
   train.batch_size = 16  # Images a step, over all devices.
-  train.base_steps = 60 if quick else 1200  # Phase 'base': the whole model.
-  train.head_steps = 30 if quick else 600  # Phase 'heads': heads (+ base).
+  train.base_steps = 60 if quick else 600  # Phase 'base': the whole model.
+  train.head_steps = 30 if quick else 300  # Phase 'heads': heads (+ base).
   train.freeze_base = False  # Fine-tune all (longer blocks); True: frozen.
   train.head1_weight = 0.5  # Head 1's share of a fine-tuning loss (0: 1/k).
   train.random_head = False  # One random head a step (True) or the mean of all.
@@ -82,6 +92,7 @@ def get_config(arg=None):
   train.learning_rate = 3e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 200  # Linear warm-up, then 1/sqrt(step) decay.
   train.label_smoothing = 0.0  # Intensities are ordinal: no smoothing.
+  train.input_dropout = 0.3  # Previous pixels hidden: the input image matters.
   train.clip_norm = 1.0  # Global gradient norm clip (0: none).
   train.grad_accum_steps = 1  # Micro-batches accumulated per update.
   train.log_every = 20 if quick else 200  # Steps between progress lines.

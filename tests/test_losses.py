@@ -93,3 +93,26 @@ def test_head1_weight_in_fine_tuning():
            for i in range(100)]
   head1 = sum(int(m['tokens'][0] > 0) for m in draws)
   assert 55 <= head1 <= 85
+
+
+def test_input_dropout_hides_decoder_inputs_but_not_labels():
+  _, batch = setup()
+  model = Transformer(TransformerConfig.from_size(
+      'tiny', vocab_size=12, num_proposal_heads=4, dropout_rate=0.0),
+                      rngs=nnx.Rngs(0))  # Only the input dropout is random.
+  run = lambda rate, key=jax.random.key(3): losses.heads_loss(
+      model, batch, first=0, count=1, label_smoothing=0.0,
+      random_head=False, dropout_key=key, head_key=jax.random.key(0),
+      input_dropout=rate)
+  # Every input hidden (rate 1): the loss of a decoder that reads bos and
+  # pads only, against the same labels.
+  hidden_inputs = jnp.where(jnp.arange(5) == 0, model.config.bos_id,
+                            model.config.pad_id)
+  hidden = model(batch['source'], jnp.broadcast_to(hidden_inputs, (2, 5)))
+  logits = model.head_logits(hidden, 0, 1)[:, :, 0]
+  mask = batch['target'] != model.config.pad_id
+  expected = (losses.token_losses(logits, batch['target'], 0.0) * mask).sum()
+  np.testing.assert_allclose(run(1.0)[0], expected / mask.sum(), rtol=1e-5)
+  # Rate 0, or no dropout key (evaluation): the inputs are the targets.
+  np.testing.assert_allclose(run(0.0)[0], run(0.5, None)[0], rtol=1e-6)
+  assert float(run(0.5)[0]) != float(run(0.0)[0])

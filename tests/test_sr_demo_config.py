@@ -48,6 +48,11 @@ def test_bad_eval_fields_stop_before_any_work():
   config.eval.criteria = ('exact', 'distance:-1')
   with pytest.raises(ValueError, match='eps'):
     config_checks.check(config)
+  config = train_configs.load_config('sr_demo')
+  config.train.input_dropout = 1.0
+  with pytest.raises(ValueError,
+                     match=r'input_dropout=1.0 must be in \[0, 1\)'):
+    config_checks.check(config)
 
 
 @pytest.mark.slow
