@@ -3,6 +3,8 @@
 Nothing here imports a model. A decoder receives a `DecodingFns`: plain
 functions that extend a cache by n positions per example and map the
 resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
+`refine.Refinement` (with `lattice.py`) makes the blockwise decoder verify
+several drafts per call, picked from the heads' top-t lattice.
 """
 
 from bpd_jax.decoding.blockwise import blockwise_decode
