@@ -165,6 +165,8 @@ def _check_buckets(config) -> None:
 
 def _at_least(section, name, **minimums) -> None:
   for field, minimum in minimums.items():
+    if field not in section:
+      raise ValueError(f'{name}.{field} is missing: an integer >= {minimum}.')
     value = section[field]
     if not isinstance(value, int) or value < minimum:
       raise ValueError(f'{name}.{field}={value!r} must be an integer >= '

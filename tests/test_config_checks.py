@@ -67,12 +67,21 @@ def image_config(name='embedded_images', **task_fields):
   config.task.update(task_fields)
   config.model.update(max_source_len=48, max_target_len=200)
   config.eval.max_len = 192
+  config.eval.grid_examples = 4
+  config.eval.criteria = ('exact', 'distance:2')
   return config
 
 
 def test_image_configs_pass():
   config_checks.check(image_config())
   config_checks.check(image_config('tfds_images'))
+
+
+def test_a_missing_field_is_named():
+  config = image_config()
+  del config.eval['grid_examples']
+  with pytest.raises(ValueError, match='eval.grid_examples is missing'):
+    config_checks.check(config)
 
 
 @pytest.mark.parametrize('name,field,value,message', [
