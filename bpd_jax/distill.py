@@ -27,12 +27,16 @@ from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax import train
 from bpd_jax.data import batching
+from bpd_jax.data import tasks
 
 SOURCE_SUFFIX, TARGET_SUFFIX = 'src', 'tgt'
 
 
 def distill(config, workdir: str, output_dir: str, log=print) -> dict:
   """Writes the distilled corpus; returns {split: number of pairs}."""
+  if config.task.name in tasks.IMAGE_TASKS:
+    raise ValueError(f'distillation writes parallel text; '
+                     f'task.name={config.task.name!r} is an image task.')
   model, task = train.restore_model(config, workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   pairs = task.pairs('train')

@@ -1,9 +1,12 @@
 """Sequence-level distillation writes a corpus a config can train on."""
 
+import pytest
+
 from bpd_jax import distill
 from bpd_jax import train
 from bpd_jax.data import tasks
 
+import train_configs
 from train_configs import demo_config, tiny_config
 
 
@@ -30,3 +33,10 @@ def test_distilled_corpus_trains(tmp_path):
   student, _ = train.train(config, str(tmp_path / 'student'),
                            log=lambda _: None)
   assert student.config.vocab_size == task.vocab.vocab_size
+
+
+def test_image_tasks_are_refused_before_any_work(tmp_path):
+  config = train_configs.load_config('sr_demo', 'quick')
+  with pytest.raises(ValueError, match="'embedded_images' is an image task"):
+    distill.distill(config, str(tmp_path), str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
