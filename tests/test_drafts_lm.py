@@ -34,3 +34,13 @@ def test_training_learns_a_deterministic_text(tmp_path):
   lm_lib.save(model, tmp_path / 'lm.npz')
   assert lm_lib.evaluate(lm_lib.load(tmp_path / 'lm.npz'), data) == \
       pytest.approx(after, rel=1e-6)
+
+
+def test_any_number_of_steps_trains():
+  data = lm_lib.windows([[3, 4, 5]], 2, bos_id=BOS, eos_id=EOS)
+  for steps in (1, 2, 11):
+    report = lm_lib.train(lm_lib.make(6, 2, d_model=8, layers=1), data,
+                          steps=steps, batch_size=4, log=lambda _: None)
+    assert report['steps'] == steps and np.isfinite(report['final_loss'])
+  with pytest.raises(ValueError, match='steps >= 1'):
+    lm_lib.train(lm_lib.make(6, 2, d_model=8, layers=1), data, steps=0)

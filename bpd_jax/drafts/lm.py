@@ -66,8 +66,10 @@ def train(model: Transformer, data: np.ndarray, *, steps: int,
   if steps < 1:
     raise ValueError(f'LM training needs steps >= 1, got {steps}.')
   graphdef, params = nnx.split(model)
+  warmup = min(200, steps // 10)
+  # The cosine needs at least one step after the warm-up (steps = 1 too).
   optimizer = optax.adamw(optax.warmup_cosine_decay_schedule(
-      0.0, learning_rate, min(200, steps // 10 + 1), steps), weight_decay=0.01)
+      0.0, learning_rate, warmup, max(steps, warmup + 1)), weight_decay=0.01)
   opt_state = optimizer.init(params)
 
   def loss_fn(params, batch):
