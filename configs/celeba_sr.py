@@ -111,6 +111,7 @@ def get_config(arg=None):
   model.source_image_side = low_res  # Side of the input image.
   model.target_image_side = high_res  # Side of the output image.
   model.image_channels = 3  # Intensities per pixel (RGB).
+  model.image_source_skip = False  # Conditioning by cross-attention alone.
   model.local_attention_block = high_res * 3  # Query block: one image row.
   model.local_attention_memory = high_res * 3  # And the row above it.
   model.max_source_len = low_res * low_res * 3  # Longest input.

@@ -65,8 +65,9 @@ def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
         **TINY, 'num_encoder_layers': encoder_layers, 'pre_norm': pre_norm,
         'positions': positions, 'dtype': 'float64',
         'param_dtype': 'float64', 'local_attention_block': local_block,
-        'local_attention_memory': local_memory, 'source_image_side': 2,
-        'target_image_side': 2})
+        'local_attention_memory': local_memory, 'source_image_side': 1,
+        'target_image_side': 2,
+        'image_source_skip': positions == 'image' and encoder_layers > 0})
     model = Transformer(config, rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     source = None
@@ -145,6 +146,7 @@ def test_paper_sizes():
      'attention'),
     ('positions', 'image', "source_image_side=0 must be an integer >= 1 "
      "with positions='image'"),
+    ('image_source_skip', True, "image_source_skip needs positions='image'"),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -203,4 +205,17 @@ def test_image_positions_match_across_resolutions():
   assert jnp.linalg.norm(source - inside) < jnp.linalg.norm(source - outside)
   # Channels share their pixel's code (the model adds a channel embedding).
   np.testing.assert_allclose(code(9, 4), code(11, 4))
+
+
+def test_source_skip_reads_the_input_pixel_under_each_output_pixel():
+  config = TransformerConfig(**{
+      **TINY, 'vocab_size': 20, 'positions': 'image', 'source_image_side': 2,
+      'target_image_side': 4, 'image_channels': 1,
+      'image_source_skip': True, 'max_target_len': 20})
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  # Output pixel (row, column) of 4x4 lies under input pixel (row // 2,
+  # column // 2) of 2x2; positions past the image take the last row.
+  under = model._source_under(jnp.arange(18))
+  np.testing.assert_array_equal(
+      under, [0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3, 2, 2])
 
