@@ -36,3 +36,10 @@ def test_bad_flags_stop_before_work(tmp_path):
                '--criteria=exact,top3')
   assert result.returncode != 0
   assert "criterion 'top3'" in result.stderr
+
+
+def test_image_tasks_are_refused_with_a_pointer(tmp_path):
+  result = run('bench', '--config=configs/sr_demo.py:quick',
+               f'--workdir={tmp_path}', '--init=random')
+  assert result.returncode != 0
+  assert 'is an image task: python -m bpd_jax.evaluate' in result.stderr

@@ -44,3 +44,10 @@ def test_bad_fields_and_missing_inputs_stop_before_work(tmp_path):
   result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
                '--init=random', '--config.drafts.corpus=/no/such/file')
   assert result.returncode != 0 and 'no such file' in result.stderr
+
+
+def test_image_tasks_are_refused(tmp_path):
+  result = run('drafts', '--config=configs/sr_demo.py:quick',
+               f'--workdir={tmp_path}', '--init=random')
+  assert result.returncode != 0
+  assert "task.name='embedded_images' is an image task" in result.stderr

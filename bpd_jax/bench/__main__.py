@@ -81,6 +81,11 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config = _CONFIG.value
   config_checks.check(config)
+  if config.task.name in tasks.IMAGE_TASKS:
+    raise app.UsageError(
+        f'the bench times translation tasks; task.name={config.task.name!r} '
+        f'is an image task: python -m bpd_jax.evaluate reports its time per '
+        f'image and speedups.')
   workdir = _WORKDIR.value
   if _INIT.value == 'checkpoint' and not os.path.isdir(
       os.path.join(workdir, 'checkpoints')):

@@ -79,6 +79,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config = _CONFIG.value
+  if config.task.name in tasks.IMAGE_TASKS:
+    raise app.UsageError(
+        f'the draft job analyses text tasks; task.name='
+        f'{config.task.name!r} is an image task.')
   workdir = _WORKDIR.value
   if _INIT.value == 'checkpoint' and not os.path.isdir(
       os.path.join(workdir, 'checkpoints')):
