@@ -62,6 +62,50 @@ class DecoderSpec:
         min_block=self.min_block, tuning=tuning)
 
 
+@dataclasses.dataclass(frozen=True)
+class TimedRun:
+  """One decoder over a whole eval set (see `timed_run`).
+
+  Attributes:
+    tokens: [examples, max_len] outputs, the batches' filler rows dropped.
+    lengths: [examples] output lengths.
+    model_calls: loop iterations over all batches (calls of the batch).
+    mean_block: tokens per model call, per example, over the set.
+    wall_s: seconds for all batches, after a first compiling call.
+  """
+  tokens: np.ndarray
+  lengths: np.ndarray
+  model_calls: int
+  mean_block: float
+  wall_s: float
+
+
+def timed_run(spec: DecoderSpec, decoder: generate.Decoder, batches,
+              max_len: int) -> TimedRun:
+  """Decodes every batch of (inputs, real rows) with `spec`, timed.
+
+  The first batch is decoded once before the clock starts, so the time is
+  decoding, not compilation.
+  """
+  jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
+  start = time.perf_counter()
+  results = [(spec.run(decoder, inputs, max_len), real)
+             for inputs, real in batches]
+  jax.block_until_ready([r for r, _ in results])
+  wall = time.perf_counter() - start
+  lengths = np.concatenate([np.asarray(r.lengths)[:real]
+                            for r, real in results])
+  example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
+                      for r, real in results)
+  return TimedRun(
+      tokens=np.concatenate([np.asarray(r.tokens)[:real]
+                             for r, real in results]),
+      lengths=lengths,
+      model_calls=sum(int(r.iterations) for r, _ in results),
+      mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
+      wall_s=wall)
+
+
 def decoders_from_config(eval_config) -> list[DecoderSpec]:
   """Greedy first (the reference), then blockwise for each k in eval.ks."""
   return [DecoderSpec()] + [
@@ -117,19 +161,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   decoder = generate.Decoder(model, mesh=mesh)
   rows, reference_tokens, greedy_wall = [], None, None
   for spec in decoders:
-    jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
-    start = time.perf_counter()
-    results = [(spec.run(decoder, inputs, max_len), real)
-               for inputs, real in batches]
-    jax.block_until_ready([r for r, _ in results])
-    wall = time.perf_counter() - start
-    tokens = np.concatenate([np.asarray(r.tokens)[:real]
-                             for r, real in results])
-    lengths = np.concatenate([np.asarray(r.lengths)[:real]
-                              for r, real in results])
-    calls = sum(int(r.iterations) for r, _ in results)
-    example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
-                        for r, real in results)
+    run = timed_run(spec, decoder, batches, max_len)
+    tokens, lengths, wall = run.tokens, run.lengths, run.wall_s
     hypotheses = [task.vocab.decode(row) for row in tokens]
     score, signature = bleu(hypotheses, references)
     score_intl, signature_intl = bleu(hypotheses, references, 'intl')
@@ -139,8 +172,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
         decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
         min_block=spec.min_block, bleu=round(score, 2),
         bleu_intl=round(score_intl, 2),
-        mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
-        model_calls=calls, wall_s=round(wall, 3),
+        mean_block=run.mean_block, model_calls=run.model_calls,
+        wall_s=round(wall, 3),
         tokens_per_s=round(float(lengths.sum()) / wall, 1),
         speedup=round(greedy_wall / wall, 3),
         identical_to_greedy=round(float(

@@ -22,7 +22,6 @@ example: input, bicubic, greedy, each blockwise decoder, ground truth).
 
 import json
 import os
-import time
 
 import jax
 import numpy as np
@@ -109,18 +108,8 @@ def evaluate(model, task, split: str,
                ssim=ssim(high, upsampled))]
   outputs, greedy, greedy_wall = {}, None, None
   for spec in decoders:
-    jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
-    start = time.perf_counter()
-    results = [(spec.run(decoder, inputs, max_len), real)
-               for inputs, real in batches]
-    jax.block_until_ready([r for r, _ in results])
-    wall = time.perf_counter() - start
-    tokens = np.concatenate([np.asarray(r.tokens)[:real]
-                             for r, real in results])
-    lengths = np.concatenate([np.asarray(r.lengths)[:real]
-                              for r, real in results])
-    example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
-                        for r, real in results)
+    run = decode_eval.timed_run(spec, decoder, batches, max_len)
+    tokens, wall = run.tokens, run.wall_s
     decoded = images_lib.from_tokens(tokens, shape)
     if greedy is None:
       greedy, greedy_wall = decoded, wall
@@ -129,8 +118,7 @@ def evaluate(model, task, split: str,
     rows.append(dict(
         decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
         min_block=spec.min_block,
-        mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
-        model_calls=sum(int(r.iterations) for r, _ in results),
+        mean_block=run.mean_block, model_calls=run.model_calls,
         s_per_image=round(wall / len(decoded), 4),
         speedup=round(greedy_wall / wall, 3),
         psnr=psnr(high, decoded), ssim=ssim(high, decoded),
