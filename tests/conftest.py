@@ -9,3 +9,25 @@ import os
 os.environ['XLA_FLAGS'] = ' '.join(
     [os.environ.get('XLA_FLAGS', ''),
      '--xla_force_host_platform_device_count=8']).strip()
+
+
+import gc
+
+import jax
+import pytest
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _release_compiled_programs():
+  """Drops every compiled program after each test module.
+
+  The suite compiles thousands of XLA programs in one process; each keeps
+  memory mappings for its code, and a process has at most
+  vm.max_map_count (65,530 by default) of them. Whole-suite runs crashed
+  inside XLA's compiler late in the run (a segfault or abort, always in a
+  test that passes alone) once the image and draft tests were added.
+  Modules share no compiled program worth keeping.
+  """
+  yield
+  jax.clear_caches()
+  gc.collect()
