@@ -145,7 +145,6 @@ def build(sentences: Iterable[Sequence[int]], *, order: int, vocab_size: int,
   unigram = np.full(vocab_size, backoff(1, ()) / vocab_size)
   for (word,), c in adjusted[1].items():
     unigram[word] += max(c - discounts[1], 0.0) / totals[1][()]
-  prob = {(): unigram}  # Context -> lookup; filled per order below.
 
   def lookup(context, word):
     """P(word | context) of the model being built (orders up to len + 1)."""
