@@ -24,14 +24,14 @@ criterion accepts proposals within eps intensities of greedy's choice:
 longer blocks, an image that differs from greedy's by what the PSNR/SSIM
 columns show.
 
-Measured on a 2-core CPU (14.5 minutes beside other jobs): mean accepted
-block 1.59 / 2.38 / 3.23 for k = 2 / 4 / 8 with exact verification
-(identical to greedy), 5.38 and 7.02 at k = 8 with eps = 4 and 16, a 2.35x
-faster decode at k = 8, eps = 16. What a few CPU minutes do not buy is
-detail: the model learns each crop's colours, and greedy decoding settles
-on a flat patch of them (PSNR ~16 dB against bicubic's 29). The pixels
-that differ under the distance criterion show that the model does read its
-input; the quality of the paper needs the CelebA run (configs/celeba_sr.py)
+Measured from a clean clone on an idle 2-core CPU (9 minutes): mean
+accepted block 1.41 / 1.77 / 2.02 for k = 2 / 4 / 8 with exact verification
+(identical to greedy; 0.83 / 0.87 / 0.74x greedy's speed: blocks this short
+do not pay for a k-position call on a CPU), 3.78 and 4.57 at k = 8 with
+eps = 4 and 16 (1.36x and 1.62x). What a few CPU minutes do not buy is
+detail: the model follows the input's shapes on some crops and settles on
+a flat colour on others (PSNR 16.5 dB, SSIM 0.39, against bicubic's 28.9
+and 0.89). The paper's quality needs the CelebA run (configs/celeba_sr.py)
 and its training budget.
 
 Options (`--config=configs/sr_demo.py:quick`): quick (a one-minute run
