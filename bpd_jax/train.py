@@ -220,6 +220,14 @@ def params_from_checkpoint(params: nnx.State, directory: str,
   return jax.tree_util.tree_map_with_path(take, params)
 
 
+def random_model(config, workdir: str):
+  """(model of the config with its seed's random weights, task): what the
+  bench and draft jobs measure with --init=random, no checkpoint needed."""
+  task = tasks.load_task(config.task, workdir)
+  return Transformer(model_config_from(config, task.vocab.vocab_size),
+                     rngs=nnx.Rngs(config.seed)), task
+
+
 def restore_model(config, workdir: str):
   """(model with the latest checkpoint's parameters, task)."""
   task = tasks.load_task(config.task, workdir, train_vocab=False)

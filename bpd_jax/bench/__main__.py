@@ -21,7 +21,6 @@ import time
 from absl import app
 from absl import flags
 import jax
-from flax import nnx
 from ml_collections import config_flags
 
 from bpd_jax import config_checks
@@ -32,7 +31,6 @@ from bpd_jax.bench import report
 from bpd_jax.bench import runner
 from bpd_jax.data import batching
 from bpd_jax.data import tasks
-from bpd_jax.models import Transformer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -119,13 +117,9 @@ def main(argv):
     raise app.UsageError(str(error)) from error
   output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'bench')
 
-  if _INIT.value == 'random':
-    task = tasks.load_task(config.task, workdir)
-    model = Transformer(
-        train.model_config_from(config, task.vocab.vocab_size),
-        rngs=nnx.Rngs(config.seed))
-  else:
-    model, task = train.restore_model(config, workdir)
+  load = train.random_model if _INIT.value == 'random' else \
+      train.restore_model
+  model, task = load(config, workdir)
   max_source_len = model.config.max_source_len
   max_len = config.eval.max_len
   split = config.eval.split

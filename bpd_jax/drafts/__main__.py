@@ -29,7 +29,6 @@ from absl import flags
 import jax
 import numpy as np
 import tabulate
-from flax import nnx
 from ml_collections import config_flags
 
 from bpd_jax import generate
@@ -42,7 +41,6 @@ from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
 from bpd_jax.drafts import ngram
 from bpd_jax.drafts import plots
-from bpd_jax.models import Transformer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -92,13 +90,9 @@ def main(argv):
     checks.check(config, config.model.num_proposal_heads)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
-  if _INIT.value == 'random':
-    task = tasks.load_task(config.task, workdir)
-    model = Transformer(
-        train.model_config_from(config, task.vocab.vocab_size),
-        rngs=nnx.Rngs(config.seed))
-  else:
-    model, task = train.restore_model(config, workdir)
+  load = train.random_model if _INIT.value == 'random' else \
+      train.restore_model
+  model, task = load(config, workdir)
   mc = model.config
   try:
     refinements = checks.check(config, mc.num_proposal_heads, mc.vocab_size)
