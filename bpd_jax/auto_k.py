@@ -7,14 +7,14 @@ accelerator at batch 1 it barely does), the accepted blocks on the heads and
 the data. `AutoK` puts the two together:
 
 - Acceptance statistics, from one exact blockwise decode of calibration
-  inputs at the largest k (`generate.tune_k`): per example, how many tokens
+  inputs at the largest k (`tune_k`): per example, how many tokens
   each call appended (j = 1..K). With a smaller k the same run of right
   proposals is cut at k, so example i's mean block at k is estimated as
   E_i[min(j, k)], and its calls as L_i / E_i[min(j, k)].
 - Step costs T_B(k): the seconds of one iteration of the real decoding loop
   (model call, verification and bookkeeping) for every k at batch size B,
   measured on this machine the first time a batch shape is decoded
-  (`generate.Decoder.iteration_seconds`), then kept.
+  (`timing.loop_iteration_seconds`), then kept.
 - A batch runs until its slowest example ends, so k's expected time at
   batch B is E[max over B examples of calls_i(k)] x T_B(k), the expectation
   taken over random batches of the calibration examples. k = 1 stands for
@@ -30,6 +30,8 @@ import json
 from typing import Callable
 
 import numpy as np
+
+from bpd_jax import decoding
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512
@@ -148,3 +150,37 @@ class AutoK:
     candidates = data['candidates']
     return cls(np.asarray(data['appended']), data['criterion'],
                data['margin'], candidates and tuple(candidates), costs)
+
+
+def tune_k(decoder, inputs, *, max_len: int,
+           criterion: decoding.Criterion = decoding.Exact(),
+           batch_size: int = 8, margin: float = 0.05,
+           candidates=None) -> AutoK:
+  """Acceptance statistics for k='auto', from a decode at the largest k.
+
+  Args:
+    decoder: a `generate.Decoder` of the model (its compiled programs are
+      reused).
+    inputs: [examples, length] calibration inputs, like the ones to decode
+      (e.g. training sources: not the data the decodes are judged on).
+    max_len: most tokens to generate per example.
+    criterion: the verification criterion the decodes will use.
+    batch_size: examples decoded together here (no effect on the
+      statistics).
+    margin: the fraction of greedy's expected time blockwise decoding must
+      save to be chosen.
+    candidates: the block sizes to choose from (greedy always is one);
+      None: every k up to the model's heads.
+
+  Returns:
+    AutoK; it measures this machine's step costs for each new batch shape
+    it is asked about, and can be saved with `save`.
+  """
+  inputs = np.asarray(inputs)
+  options = decoding.DecodeOptions(
+      max_len=max_len, k=decoder.config.num_proposal_heads,
+      criterion=criterion)
+  appended = [np.asarray(decoder.decode(inputs[start:start + batch_size],
+                                        options).block_sizes)
+              for start in range(0, len(inputs), batch_size)]
+  return AutoK(np.concatenate(appended), criterion.spec, margin, candidates)

@@ -4,11 +4,15 @@ A jitted function that runs a loop n times costs a + n x b: a for the
 dispatch and whatever runs once (an encoder, a prompt pass), b per
 iteration. Timing two loop lengths and taking the slope gives b alone. The
 loop count must be a traced argument, so both lengths share one compiled
-program.
+program. `loop_iteration_seconds` times the decoders' own loop this way
+(k='auto' decides by it; the bench reports it).
 """
 
 import time
 from typing import Callable
+
+import jax
+import numpy as np
 
 # The long loop runs at least this long, so that timer noise and the
 # machine's jitter (a millisecond or so on a busy CPU) stay small beside it.
@@ -40,3 +44,25 @@ def _seconds(run, n) -> float:
   begin = time.perf_counter()
   run(n)
   return time.perf_counter() - begin
+
+
+def loop_iteration_seconds(decoder, options, batch_size: int,
+                           input_len: int, repeats: int = 5) -> float:
+  """Seconds of one iteration of a decoder's loop at this shape.
+
+  The real loop, model call and bookkeeping: the slope of the decode's time
+  between two forced loop lengths, so that the encoder, the prompt pass and
+  the call's fixed cost cancel out.
+
+  Args:
+    decoder: a `generate.Decoder`.
+    options: the `decoding.DecodeOptions` of the decode (plain drafts).
+    batch_size: examples per call.
+    input_len: input length (source or prompt).
+    repeats: timings of each loop length; the fastest is kept.
+  """
+  config = decoder.config
+  inputs = np.full((batch_size, input_len), config.eos_id, np.int32)
+  return per_iteration_seconds(
+      lambda n: jax.block_until_ready(decoder.decode(
+          inputs, options, iterations=np.int32(n))), repeats)

@@ -74,51 +74,52 @@ def model_and_inputs():
   return model, inputs
 
 
-def test_auto_decodes_as_greedy_with_the_chosen_k():
+def test_tune_k_records_each_examples_blocks_at_the_largest_k():
   model, inputs = model_and_inputs()
-  tuning = generate.tune_k(model, inputs, max_len=12, batch_size=2)
+  decoder = generate.Decoder(model)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3)
   assert tuning.appended.shape == (4, 4)
+  reference = decoder.blockwise(inputs, k=3, max_len=12)
+  np.testing.assert_array_equal(tuning.appended, reference.block_sizes)
+
+
+def test_auto_decodes_with_the_k_the_costs_favour():
+  model, inputs = model_and_inputs()
+  # Every calibration call appended 3 tokens: fewer calls at every larger k.
+  tuning = auto_k.AutoK(np.array([[0, 0, 0, 4]] * 4))
   reference = generate.greedy(model, inputs, max_len=12)
-  for costs, k in (({1: 1.0, 2: 1.0, 3: 1.0}, None),
-                   ({1: 1.0, 2: 9.0, 3: 9.0}, 1)):
+  for costs, expected in (({1: 1.0, 2: 1.0, 3: 1.0}, 3),
+                          ({1: 1.0, 2: 1.1, 3: 9.0}, 2),
+                          ({1: 1.0, 2: 9.0, 3: 9.0}, 1)):
     tuning.step_costs = {(4, 6, 12): costs}
     tuning._choices.clear()  # pylint: disable=protected-access
     result = generate.blockwise(model, inputs, k='auto', max_len=12,
                                 tuning=tuning)
     np.testing.assert_array_equal(result.tokens, reference.tokens)
-    chosen = result.block_sizes.shape[1] - 1
-    assert chosen == (k or tuning.choose_from(costs, 4))
+    # Greedy decoding's histogram has 2 columns, k's k + 1.
+    assert result.block_sizes.shape[1] - 1 == expected
 
 
-def test_auto_measures_loop_costs_of_a_new_shape():
+def test_auto_measures_each_new_shape_once(monkeypatch):
   model, inputs = model_and_inputs()
-  tuning = generate.tune_k(model, inputs, max_len=8, candidates=(2,))
   decoder = generate.Decoder(model)
+  measured = []
+
+  def fake_seconds(decoder_, options, batch_size, input_len):
+    assert decoder_ is decoder
+    measured.append((options.k, batch_size, input_len, options.max_len))
+    return {0: 1.0, 2: 1.1}[options.k]
+  monkeypatch.setattr(generate.timing, 'loop_iteration_seconds',
+                      fake_seconds)
+  tuning = auto_k.AutoK(np.array([[0, 0, 0, 4]] * 4), candidates=(2,))
+  result = decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
+  # Greedy's loop (options k = 0, standing for k = 1) and k = 2's.
+  assert sorted(measured) == [(0, 1, 6, 8), (2, 1, 6, 8)]
+  assert tuning.step_costs == {(1, 6, 8): {1: 1.0, 2: 1.1}}
+  assert result.block_sizes.shape == (1, 3)
+  # The next call of that shape only looks its choice up.
   decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
-  assert set(tuning.step_costs) == {(1, 6, 8)}
-  costs = tuning.step_costs[(1, 6, 8)]
-  assert set(costs) == {1, 2} and all(c >= 0 for c in costs.values())
-  # Measured once: the next call of that shape only looks its choice up.
-  compiled = decoder.compilations()
-  decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
-  assert decoder.compilations() == compiled
-
-
-def test_module_function_measures_too():
-  model, inputs = model_and_inputs()
-  tuning = generate.tune_k(model, inputs, max_len=8, candidates=(3,))
-  result = generate.blockwise(model, inputs[:2], k='auto', max_len=8,
-                              tuning=tuning)
-  assert set(tuning.step_costs[(2, 6, 8)]) == {1, 3}
-  np.testing.assert_array_equal(
-      result.tokens, generate.greedy(model, inputs[:2], max_len=8).tokens)
-
-
-def test_iteration_seconds_of_greedy_and_blockwise_loops():
-  model, _ = model_and_inputs()
-  decoder = generate.Decoder(model)
-  for k in (1, 3):
-    assert decoder.iteration_seconds(k, 2, 5, 10, repeats=2) >= 0
+  assert len(measured) == 2
 
 
 @pytest.mark.parametrize('kwargs,message', [

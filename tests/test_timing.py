@@ -30,3 +30,20 @@ def test_slope_removes_the_fixed_cost(monkeypatch, per_iteration):
   long = max(loop.lengths)
   assert long * per_iteration == pytest.approx(0.05, rel=0.1) or long in (
       32, 4096)
+
+
+def test_decoder_loop_is_timed_by_its_forced_iterations(monkeypatch):
+  """loop_iteration_seconds times decode(iterations=n) with the options."""
+  clock = FakeLoop(fixed=0.02, per_iteration=4e-4)
+  monkeypatch.setattr(timing.time, 'perf_counter', clock.clock)
+
+  class FakeDecoder:
+    config = type('Config', (), {'eos_id': 1})
+
+    def decode(self, inputs, options, iterations):
+      assert inputs.shape == (3, 5) and options == 'options'
+      clock.run(int(iterations))
+      return inputs
+
+  assert timing.loop_iteration_seconds(
+      FakeDecoder(), 'options', 3, 5, repeats=2) == pytest.approx(4e-4)

@@ -15,7 +15,7 @@ call's input is the previous call's argmax, so XLA cannot hoist or drop
 any), and T is the slope between two loop lengths (`bpd_jax.timing`): the
 fixed cost of a jitted call cancels out, as inside the decoders' own loop.
 The decoders' loop iterations, bookkeeping included, are timed the same way
-by `generate.Decoder.iteration_seconds`.
+by `timing.loop_iteration_seconds`.
 """
 
 import functools

@@ -43,10 +43,10 @@ class BlockwiseState:
     tokens: [batch, max_len + k] generated tokens, pad_id past each length.
     lengths: [batch] tokens generated (accepted) so far.
     done: [batch] bool, the example has produced eos_id or max_len tokens.
-    block: [batch, k] the next call's input: block[:, 0] is the last accepted
-      token (tokens[:, lengths - 1]), block[:, 1:] the proposals after it.
-      With refinement [batch, p, k]: p such drafts.
-    cache: the model's cache (with refinement: batch * p rows, draft-minor).
+    block: [batch, p, k] the next call's p drafts (p = 1 without
+      refinement): block[:, :, 0] is the last accepted token
+      (tokens[:, lengths - 1]), block[:, :, 1:] the proposals after it.
+    cache: the model's cache (batch * p rows, draft-minor).
     model_calls: [batch] calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram of tokens appended per call.
   """
@@ -123,29 +123,29 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   batch = prompt.shape[0]
   last, cache = prompt_lib.prefill(fns, cache, prompt, prompt_lengths)
   first = prompt_lib.argmax(fns.next_token_logits(last))
-  options = dict(k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id,
-                 criterion=criterion, min_block=min_block)
   if refinement is not None and not refinement.is_plain and k > 1:
-    state = _refined_start(fns, cache, first, last, refinement, rescore,
-                           k=k, max_len=max_len, eos_id=eos_id,
-                           pad_id=pad_id)
-    step = functools.partial(_refined_step, fns, prompt_lengths, refinement,
-                             rescore, **options)
-    return _result(prompt_lib.run_loop(step, state, iterations), max_len)
+    propose = functools.partial(_refined_drafts, refinement, rescore)
+    drafts = refinement.drafts
+  else:
+    propose, drafts = _plain_draft, 1
+  if drafts > 1:
+    # Every leaf replicated (an encoder's memory too); later calls move
+    # rows within an example only (`DecodingFns.take_rows`).
+    cache = jax.tree.map(lambda x: jnp.repeat(x, drafts, axis=0), cache)
+  tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
+      first)
+  lengths = jnp.ones((batch,), jnp.int32)
   state = BlockwiseState(
-      tokens=jnp.full((batch, max_len + k), pad_id, jnp.int32)
-      .at[:, 0].set(first),
-      lengths=jnp.ones((batch,), jnp.int32),
+      tokens=tokens, lengths=lengths,
       done=(first == eos_id) | (max_len == 1),
-      block=_next_block(fns, first, last, k),
+      block=propose(fns, first, last, tokens, lengths, k),
       cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
-
-  state = prompt_lib.run_loop(
-      functools.partial(_blockwise_step, fns, prompt_lengths, **options),
-      state, iterations)
-  return _result(state, max_len)
+  step = functools.partial(
+      _blockwise_step, fns, prompt_lengths, propose, k=k, max_len=max_len,
+      eos_id=eos_id, pad_id=pad_id, criterion=criterion, min_block=min_block)
+  return _result(prompt_lib.run_loop(step, state, iterations), max_len)
 
 
 def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
@@ -154,37 +154,69 @@ def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
                       block_sizes=state.block_sizes)
 
 
-def _next_block(fns, token, features, k) -> jax.Array:
-  """[batch, k]: the accepted token, then heads 2..k's proposals after it."""
+def _plain_draft(fns, token, features, tokens, lengths, k) -> jax.Array:
+  """[batch, 1, k]: the accepted token, then heads 2..k's argmax after it.
+
+  Args:
+    fns: the model's decoding functions.
+    token: [batch] the scoring model's next token.
+    features: [batch, ...] the features at the last accepted position.
+    tokens, lengths: the output so far (read by refined drafts only).
+    k: block size.
+  """
+  del tokens, lengths
   if k == 1:
-    return token[:, None]
+    return token[:, None, None]
   proposals = prompt_lib.argmax(fns.proposal_logits(features))
-  return jnp.concatenate([token[:, None], proposals], axis=1)
+  return jnp.concatenate([token[:, None], proposals], axis=1)[:, None]
 
 
-def _blockwise_step(fns, prompt_lengths, state: BlockwiseState, *, k, max_len,
-                    eos_id, pad_id, criterion, min_block) -> BlockwiseState:
-  """One call: score the block, accept a prefix, propose the next block."""
-  features, cache = fns.extend(state.cache, state.block,
-                               prompt_lengths + state.lengths - 1)
-  logits = fns.next_token_logits(features)  # [batch, k, vocab]
-  # scored[:, j]: the scoring model's token after block[:, j].
-  scored = prompt_lib.argmax(logits)
+def _refined_drafts(refinement, rescore, fns, token, features, tokens,
+                    lengths, k) -> jax.Array:
+  """[batch, p, k]: p drafts from the heads' lattice (`refine.propose`)."""
+  del k
+  return refine_lib.propose(refinement, rescore, token,
+                            fns.proposal_logits(features),
+                            _history(refinement, tokens, lengths))
+
+
+def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
+                    k, max_len, eos_id, pad_id, criterion,
+                    min_block) -> BlockwiseState:
+  """One call: score every draft, accept the longest acceptable prefix,
+  propose the next drafts."""
+  batch, p, _ = state.block.shape
+  start = prompt_lengths + state.lengths - 1
+  features, cache = fns.extend(state.cache,
+                               state.block.reshape(batch * p, k),
+                               jnp.repeat(start, p) if p > 1 else start)
+  logits = fns.next_token_logits(features)  # [batch * p, k, vocab]
+  # scored[:, d, j]: the scoring model's token after draft d's position j.
+  scored = prompt_lib.argmax(logits).reshape(batch, p, k)
   if k == 1:
-    accepted = jnp.zeros_like(state.lengths)
+    choice = accepted = jnp.zeros_like(state.lengths)
   else:
-    _, accepted = verify(criterion, state.block[:, None, 1:],
-                         logits[:, None, :-1], min_block - 1,
-                         scored[:, None, :-1])
-  tokens, lengths, done, count = _append(state, state.block, scored,
-                                         accepted, k=k, max_len=max_len,
-                                         eos_id=eos_id, pad_id=pad_id)
-
-  # Combined scoring and proposal: the next block comes from this call's
+    choice, accepted = verify(
+        criterion, state.block[:, :, 1:],
+        logits.reshape(batch, p, k, -1)[:, :, :-1], min_block - 1,
+        scored[:, :, :-1])
+  if p > 1:
+    block = ops.take_at(state.block, choice)
+    scored = ops.take_at(scored, choice)
+    # Every draft's rows continue from the winner's cache.
+    rows = jnp.arange(batch) * p + choice
+    cache = _take_rows(fns, cache, jnp.repeat(rows, p))
+    features = features[rows]
+  else:
+    block, scored = state.block[:, 0], scored[:, 0]
+  tokens, lengths, done, count = _append(state, block, scored, accepted,
+                                         k=k, max_len=max_len, eos_id=eos_id,
+                                         pad_id=pad_id)
+  # Combined scoring and proposal: the next drafts come from this call's
   # outputs at the last accepted position, one position per example.
-  block = _next_block(fns, ops.take_at(scored, accepted),
-                      ops.take_at(features, accepted), k)
-  return _advance(state, tokens, lengths, done, count, block, cache, k)
+  next_block = propose(fns, ops.take_at(scored, accepted),
+                       ops.take_at(features, accepted), tokens, lengths, k)
+  return _advance(state, tokens, lengths, done, count, next_block, cache, k)
 
 
 def _append(state: BlockwiseState, block, scored, accepted, *, k, max_len,
@@ -228,9 +260,6 @@ def _advance(state, tokens, lengths, done, count, block, cache, k):
       block_sizes=state.block_sizes + appended_here * live[:, None])
 
 
-# --- Refined drafts: p per example, verified in the same call.
-
-
 def _history(refinement, tokens, lengths) -> jax.Array:
   """[batch, c]: the output's last c tokens, oldest first (start_id before
   its first token)."""
@@ -245,52 +274,3 @@ def _take_rows(fns, cache, rows):
   if fns.take_rows is not None:
     return fns.take_rows(cache, rows)
   return jax.tree.map(lambda x: x[rows], cache)
-
-
-def _refined_start(fns, cache, first, last, refinement, rescore, *, k,
-                   max_len, eos_id, pad_id) -> BlockwiseState:
-  """The loop state after the prompt pass, with the cache row per draft."""
-  batch, p = first.shape[0], refinement.drafts
-  tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
-      first)
-  lengths = jnp.ones((batch,), jnp.int32)
-  block = refine_lib.propose(refinement, rescore, first,
-                             fns.proposal_logits(last),
-                             _history(refinement, tokens, lengths))
-  return BlockwiseState(
-      tokens=tokens, lengths=lengths,
-      done=(first == eos_id) | (max_len == 1), block=block,
-      # Every leaf replicated (an encoder's memory too); later calls move
-      # rows within an example only (`DecodingFns.take_rows`).
-      cache=jax.tree.map(lambda x: jnp.repeat(x, p, axis=0), cache),
-      model_calls=jnp.ones((batch,), jnp.int32),
-      block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
-
-
-def _refined_step(fns, prompt_lengths, refinement, rescore,
-                  state: BlockwiseState, *, k, max_len, eos_id, pad_id,
-                  criterion, min_block) -> BlockwiseState:
-  """One call verifying p drafts per example; the longest accepted wins."""
-  batch, p, _ = state.block.shape
-  start = jnp.repeat(prompt_lengths + state.lengths - 1, p)
-  features, cache = fns.extend(state.cache,
-                               state.block.reshape(batch * p, k), start)
-  logits = fns.next_token_logits(features)  # [batch * p, k, vocab]
-  scored = prompt_lib.argmax(logits).reshape(batch, p, k)
-  choice, accepted = verify(
-      criterion, state.block[:, :, 1:],
-      logits.reshape(batch, p, k, -1)[:, :, :-1], min_block - 1,
-      scored[:, :, :-1])
-  rows = jnp.arange(batch) * p + choice
-  block = ops.take_at(state.block, choice)
-  scored = ops.take_at(scored, choice)
-  tokens, lengths, done, count = _append(state, block, scored, accepted,
-                                         k=k, max_len=max_len, eos_id=eos_id,
-                                         pad_id=pad_id)
-  # Every draft's rows continue from the winner's cache.
-  cache = _take_rows(fns, cache, jnp.repeat(rows, p))
-  token = ops.take_at(scored, accepted)
-  proposals = fns.proposal_logits(ops.take_at(features[rows], accepted))
-  next_block = refine_lib.propose(refinement, rescore, token, proposals,
-                                  _history(refinement, tokens, lengths))
-  return _advance(state, tokens, lengths, done, count, next_block, cache, k)

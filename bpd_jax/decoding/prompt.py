@@ -46,7 +46,7 @@ def run_loop(step, state, iterations: jax.Array | None = None):
     state: the loop state; its `done` [batch] says which examples ended.
     iterations: run exactly this many steps instead, finished or not (a
       traced count: one compilation for any number). For timing one
-      iteration of the real loop (`generate.Decoder.iteration_seconds`):
+      iteration of the real loop (`timing.loop_iteration_seconds`):
       finished examples cost as much as unfinished ones, shapes are fixed.
   """
   if iterations is None:

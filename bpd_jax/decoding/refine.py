@@ -26,6 +26,8 @@ import jax.numpy as jnp
 from bpd_jax.decoding import lattice
 
 RESCORERS = ('none', 'ngram', 'neural')
+# A spec's options: key -> (field, type).
+_SPEC_KEYS = {'p': ('drafts', int), 't': ('top_t', int), 'w': ('weight', float)}
 
 # 'ngram': (context [..., c], word [...]) -> [...] log P(word | context).
 # 'neural': tokens [batch, length] -> [batch, vocab] log P(next token).
@@ -71,6 +73,34 @@ class Refinement:
     if self.rescorer == 'neural' and self.context < 1:
       raise ValueError('neural rescoring needs a window of context >= 1 '
                        'tokens.')
+
+  @classmethod
+  def from_spec(cls, spec: str, window: int = 0) -> 'Refinement':
+    """Options from 'RESCORER:p=P,t=T,w=W' (configs, flags).
+
+    RESCORER is none, ngram or neural; p drafts verified per call, t tokens
+    per head, w the rescorer's weight (defaults p=1, t=1, w=0.5), e.g.
+    'ngram:p=4,t=4,w=0.3' or 'neural:t=4'. `window` is the neural
+    rescorer's context; an n-gram model's comes with the model.
+    """
+    name, _, options = spec.partition(':')
+    values = {}
+    for item in filter(None, options.split(',')):
+      key, _, value = item.partition('=')
+      if key not in _SPEC_KEYS:
+        raise ValueError(f'refinement {spec!r}: unknown option {key!r} (p, '
+                         f't or w).')
+      field, kind = _SPEC_KEYS[key]
+      try:
+        values[field] = kind(value)
+      except ValueError as error:
+        raise ValueError(f'refinement {spec!r}: {key}={value!r} is not '
+                         f'{kind.__name__}.') from error
+    try:
+      return cls(rescorer=name, context=window if name == 'neural' else 0,
+                 **values)
+    except ValueError as error:
+      raise ValueError(f'refinement {spec!r}: {error}') from error
 
   def check(self, k: int, vocab_size: int):
     """Raises ValueError where these options cannot serve block size k."""

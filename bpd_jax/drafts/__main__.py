@@ -39,7 +39,7 @@ from bpd_jax.drafts import analysis
 from bpd_jax.drafts import checks
 from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
-from bpd_jax.drafts import ngram
+from bpd_jax.rescorers import ngram
 from bpd_jax.drafts import plots
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -1,37 +1,11 @@
-"""The config's `drafts` section: refinement specs and their checks.
+"""The config's `drafts` section and its checks.
 
 A refinement is written as a string so that it can be given on the command
-line: 'RESCORER:p=P,t=T,w=W' with RESCORER one of none, ngram, neural;
-p drafts verified per call, t tokens per head, w the rescorer's weight
-(defaults p=1, t=1, w=0.5). E.g. 'ngram:p=4,t=4,w=0.3', 'neural:t=4'.
+line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
+'ngram:p=4,t=4,w=0.3', 'neural:t=4'.
 """
 
-from bpd_jax.decoding import refine
-
-_KEYS = {'p': ('drafts', int), 't': ('top_t', int), 'w': ('weight', float)}
-
-
-def parse(spec: str, window: int = 0) -> refine.Refinement:
-  """A Refinement from its spec; `window` is the neural rescorer's."""
-  name, _, options = spec.partition(':')
-  values = {}
-  for item in filter(None, options.split(',')):
-    key, _, value = item.partition('=')
-    if key not in _KEYS:
-      raise ValueError(f'refinement {spec!r}: unknown option {key!r} (p, t '
-                       f'or w).')
-    field, kind = _KEYS[key]
-    try:
-      values[field] = kind(value)
-    except ValueError as error:
-      raise ValueError(f'refinement {spec!r}: {key}={value!r} is not '
-                       f'{kind.__name__}.') from error
-  try:
-    return refine.Refinement(rescorer=name,
-                             context=window if name == 'neural' else 0,
-                             **values)
-  except ValueError as error:
-    raise ValueError(f'refinement {spec!r}: {error}') from error
+from bpd_jax import decoding
 
 
 def check(config, heads: int | None = None, vocab_size: int | None = None):
@@ -61,8 +35,10 @@ def check(config, heads: int | None = None, vocab_size: int | None = None):
   if not isinstance(d.corpus, str) or not d.corpus:
     raise ValueError("drafts.corpus must be 'targets' or a file of target "
                      "sentences.")
-  refinements = [parse(spec, d.lm_window) for spec in d.refinements]
+  refinements = [decoding.Refinement.from_spec(spec, d.lm_window)
+                 for spec in d.refinements]
   for refinement in refinements:
     for k in ks:
-      refinement.check(k, vocab_size or refinement.top_t)
+      decoding.DecodeOptions(max_len=1, k=k, refinement=refinement).check(
+          heads or k, vocab_size or refinement.top_t)
   return refinements

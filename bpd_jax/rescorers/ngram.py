@@ -29,6 +29,7 @@ back-off form of the same interpolated model, so lookups are exact.
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Iterable, Sequence
 
@@ -257,3 +258,21 @@ def _search(keys_a: jax.Array, keys_b: jax.Array, a: jax.Array,
       (jnp.zeros(a.shape, jnp.int32), jnp.full(a.shape, size, jnp.int32)))
   at = jnp.minimum(low, size - 1)
   return at, (low < size) & (keys_a[at] == a) & (keys_b[at] == b)
+
+
+def bind(refinement, model: NgramModel, *, vocab_size: int, start_id: int):
+  """The n-gram rescorer's part of a decode (see `rescorers.bind`)."""
+  if not isinstance(model, NgramModel):
+    raise ValueError("rescorer 'ngram' needs a rescorers.ngram.NgramModel.")
+  if model.vocab_size != vocab_size:
+    raise ValueError(f'the n-gram model has a vocabulary of '
+                     f'{model.vocab_size}, the decoded model {vocab_size}.')
+  refinement = dataclasses.replace(refinement, context=model.order - 1,
+                                   start_id=start_id)
+  return refinement, model, None
+
+
+def function(structure, arguments: NgramModel):
+  """(context, word) -> log P(word | context), inside the compiled decode."""
+  del structure  # The model is a pytree of arrays: nothing static.
+  return functools.partial(log_prob, arguments)

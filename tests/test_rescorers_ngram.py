@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpd_jax.drafts import ngram
+from bpd_jax.rescorers import ngram
 
 BOS, EOS, VOCAB = 2, 1, 9
 CORPUS = [[4, 5, 6], [4, 5, 7, 5, 6], [6, 5, 4], [7, 7, 7], [5, 6], [4, 8]]

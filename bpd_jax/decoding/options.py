@@ -1,0 +1,105 @@
+"""What one decode does: the decoder, its block size and verification rules.
+
+`DecodeOptions` is the one description of a decode that every layer passes
+around: `generate.Decoder` compiles one program per distinct options object
+(it is hashable and static), the config checks and the bench and draft jobs
+validate their settings by building one. Its checks are the only place that
+knows the limits of k, min_block, the criterion and the refinement:
+
+    options = DecodeOptions(max_len=64, k=4, criterion=TopK(2))
+    options.check(num_heads=8, vocab_size=32000)   # ValueError naming a value
+
+k = 0 is the greedy decoder (one token per call, no proposal heads read);
+k >= 1 is blockwise decoding with k - 1 proposals per call (k = 1 scores one
+position per call, as greedy decoding, through the blockwise loop).
+"""
+
+import dataclasses
+
+from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding import refine as refine_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+  """Static decoding options (hashable: part of the compilation key).
+
+  Attributes:
+    max_len: most tokens generated per example, >= 1.
+    k: 0 for greedy decoding, else the block size (1 <= k <= the model's
+      proposal heads).
+    criterion: how proposals are verified; Exact() keeps greedy's output.
+    min_block: l, the fewest tokens a call appends (1 <= l <= k).
+    refinement: several drafts per call from the heads' top-t lattice (Kim
+      et al. 2024); None: the heads' argmax, one draft.
+  """
+  max_len: int
+  k: int = 0
+  criterion: criteria_lib.Criterion = criteria_lib.Exact()
+  min_block: int = 1
+  refinement: refine_lib.Refinement | None = None
+
+  @classmethod
+  def from_specs(cls, *, max_len: int, k: int = 0, criterion: str = 'exact',
+                 min_block: int = 1, refinement: str = '',
+                 window: int = 0) -> 'DecodeOptions':
+    """Options from the strings of configs and flags.
+
+    Args:
+      max_len, k, min_block: as the attributes.
+      criterion: 'exact', 'top-k:T' or 'distance:EPS'.
+      refinement: '' (plain drafts) or a `refine.Refinement.from_spec` spec,
+        e.g. 'ngram:p=4,t=4,w=0.3'.
+      window: the neural rescorer's window, for a 'neural' refinement.
+    """
+    return cls(max_len=max_len, k=k,
+               criterion=criteria_lib.from_spec(criterion),
+               min_block=min_block,
+               refinement=(refine_lib.Refinement.from_spec(refinement, window)
+                           if refinement else None))
+
+  @property
+  def greedy(self) -> bool:
+    return self.k == 0
+
+  @property
+  def block(self) -> int:
+    """Positions a call scores per example: 1 for greedy decoding, else k."""
+    return max(self.k, 1)
+
+  def required_positions(self, prompt_length: int) -> int:
+    """Decoder positions a decode after a prompt of this length needs."""
+    return prompt_lib.required_positions(prompt_length, self.max_len,
+                                         self.block)
+
+  def check(self, num_heads: int, vocab_size: int) -> None:
+    """Raises ValueError naming the value that a model of `num_heads`
+    proposal heads and this vocabulary cannot decode with."""
+    if not isinstance(self.max_len, int) or self.max_len < 1:
+      raise ValueError(f'max_len={self.max_len!r} must be an integer >= 1.')
+    if not isinstance(self.criterion, criteria_lib.Criterion):
+      raise ValueError(f'criterion={self.criterion!r} is not a '
+                       f'decoding.Criterion.')
+    if self.greedy:
+      if self.min_block != 1 or self.refinement is not None:
+        raise ValueError('greedy decoding (k=0) takes no min_block or '
+                         'refinement.')
+      return
+    if not isinstance(self.k, int) or not 1 <= self.k <= num_heads:
+      raise ValueError(f'k={self.k!r} must be an integer in [1, '
+                       f"{num_heads}], the model's number of proposal "
+                       f'heads.')
+    if not isinstance(self.min_block, int) or not 1 <= self.min_block <= \
+        self.k:
+      raise ValueError(f'min_block={self.min_block!r} must be an integer in '
+                       f'[1, k={self.k}].')
+    if (isinstance(self.criterion, criteria_lib.TopK)
+        and self.criterion.t > vocab_size):
+      raise ValueError(f'top-k verification t={self.criterion.t} exceeds '
+                       f'the vocabulary size {vocab_size}.')
+    if self.refinement is not None:
+      if not isinstance(self.refinement, refine_lib.Refinement):
+        raise ValueError(f'refinement={self.refinement!r} is not a '
+                         f'decoding.Refinement.')
+      self.refinement.check(self.k, vocab_size)

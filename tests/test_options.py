@@ -1,0 +1,57 @@
+"""Decoding options and refinement specs: their checks name the bad value."""
+
+import pytest
+
+from bpd_jax.decoding import DecodeOptions, Exact, Refinement, TopK
+
+
+def test_parse_specs():
+  r = Refinement.from_spec('ngram:p=4,t=3,w=0.25')
+  assert (r.rescorer, r.drafts, r.top_t, r.weight) == ('ngram', 4, 3, 0.25)
+  r = Refinement.from_spec('neural:t=4', window=6)
+  assert (r.drafts, r.top_t, r.context) == (1, 4, 6)
+  assert Refinement.from_spec('none').is_plain
+
+
+@pytest.mark.parametrize('spec, message', [
+    ('bigram:p=2', "rescorer 'bigram' is not one of"),
+    ('ngram:q=2', "unknown option 'q'"),
+    ('ngram:p=two', "p='two' is not int"),
+    ('ngram:w=2', 'weight=2.0 must lie in'),
+    ('none:p=0', 'drafts=0 must be an integer >= 1'),
+])
+def test_bad_specs(spec, message):
+  with pytest.raises(ValueError, match=message):
+    Refinement.from_spec(spec)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(max_len=0), 'max_len=0 must be an integer >= 1'),
+    (dict(max_len=4, k=5), r'k=5 must be an integer in \[1, 4\]'),
+    (dict(max_len=4, k=2, min_block=3), r'min_block=3 must be an integer in '
+     r'\[1, k=2\]'),
+    (dict(max_len=4, k=2, criterion='exact'), "criterion='exact' is not"),
+    (dict(max_len=4, k=2, criterion=TopK(51)), 't=51 exceeds the vocabulary'),
+    (dict(max_len=4, min_block=2), 'greedy decoding .k=0. takes no'),
+    (dict(max_len=4, k=3, refinement=Refinement(drafts=5, top_t=2)),
+     r'drafts=5 exceeds the 2\^2 = 4'),
+])
+def test_bad_options_are_named(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    DecodeOptions(**kwargs).check(num_heads=4, vocab_size=50)
+
+
+def test_from_specs():
+  options = DecodeOptions.from_specs(max_len=9, k=3, criterion='top-k:2',
+                                     min_block=2, refinement='ngram:p=2,t=2')
+  assert options == DecodeOptions(
+      max_len=9, k=3, criterion=TopK(2), min_block=2,
+      refinement=Refinement(drafts=2, top_t=2, rescorer='ngram'))
+  assert DecodeOptions.from_specs(max_len=9).criterion == Exact()
+  options.check(num_heads=3, vocab_size=50)
+
+
+def test_block_and_positions():
+  assert DecodeOptions(max_len=9).block == 1
+  assert DecodeOptions(max_len=9).required_positions(1) == 10
+  assert DecodeOptions(max_len=9, k=4).required_positions(3) == 15
