@@ -30,7 +30,7 @@ from flax import nnx
 from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax import sharding
-from bpd_jax.data import batching
+from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
            'speedup', 'identical_to_greedy')

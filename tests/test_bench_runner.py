@@ -6,7 +6,7 @@ from flax import nnx
 
 from bpd_jax import generate
 from bpd_jax.bench import runner
-from bpd_jax.data import batching
+from bpd_jax.tasks import batching
 from bpd_jax.models import Transformer, TransformerConfig
 
 

@@ -98,7 +98,7 @@ def test_a_missing_field_is_named():
     ('embedded_images', 'sizes', dict(train=0), r"task.sizes\['train'\]=0 "
      'must be an integer >= 1'),
     ('embedded_images', 'scales', (1, 0), r'task.scales=\(1, 0\) must be'),
-    ('tfds_images', 'splits', dict(test='test'), 'needs "train"'),
+    ('tfds_images', 'splits', dict(test='test'), 'needs a "train" entry'),
     ('tfds_images', 'dataset', '', "task.dataset='' must be a TFDS name"),
     ('tfds_images', 'mock_examples', -1, 'task.mock_examples=-1 must be an '
      'integer >= 0'),

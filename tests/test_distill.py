@@ -4,7 +4,7 @@ import pytest
 
 from bpd_jax import distill
 from bpd_jax import train
-from bpd_jax.data import tasks
+from bpd_jax import tasks
 
 import train_configs
 from train_configs import demo_config, tiny_config

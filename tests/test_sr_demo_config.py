@@ -9,7 +9,7 @@ import pytest
 
 from bpd_jax import config_checks
 from bpd_jax import train
-from bpd_jax.data import tasks
+from bpd_jax import tasks
 
 import train_configs
 

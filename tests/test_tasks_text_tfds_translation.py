@@ -13,10 +13,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bpd_jax import sharding
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
-from bpd_jax.data import tfds_translation
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import batching
+from bpd_jax import tasks
+from bpd_jax.tasks.text import tfds_translation
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 DATASET = 'wmt14_translate/de-en'
 EXAMPLES = 60  # Per split (the mock ignores the split's real size).

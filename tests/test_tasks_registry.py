@@ -4,10 +4,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bpd_jax.data import batching
-from bpd_jax.data import images
-from bpd_jax.data import tasks
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import batching
+from bpd_jax.tasks.images import tokens as image_tokens
+from bpd_jax import tasks
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 
 def test_embedded_task():
@@ -98,12 +98,12 @@ def test_embedded_images_task_feeds_train_batches():
   source, target = encoded[0]
   assert len(source) == 48 and len(target) == 768  # No eos: fixed length.
   low, high = task.images('train')
-  np.testing.assert_array_equal(target, images.to_tokens(high[0]))
-  np.testing.assert_array_equal(source, images.to_tokens(low[0]))
+  np.testing.assert_array_equal(target, image_tokens.to_tokens(high[0]))
+  np.testing.assert_array_equal(source, image_tokens.to_tokens(low[0]))
   data = batching.TrainBatches(encoded, 8, 48, 768, seed=0)
   batch = data(7)
   assert batch['source'].shape == (8, 48) and batch['target'].shape == (8, 768)
-  assert batch['target'].min() >= images.INTENSITY_OFFSET
+  assert batch['target'].min() >= image_tokens.INTENSITY_OFFSET
   assert data.dropped == 0
 
 

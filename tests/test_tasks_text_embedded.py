@@ -2,7 +2,7 @@
 
 import pytest
 
-from bpd_jax.data import embedded
+from bpd_jax.tasks.text import embedded
 
 
 @pytest.fixture(scope='module')

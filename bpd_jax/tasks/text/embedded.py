@@ -57,6 +57,10 @@ from collections.abc import Container, Iterator, Sequence
 
 import numpy as np
 
+from bpd_jax.tasks import spec
+from bpd_jax.tasks.text import task as task_lib
+from bpd_jax.tasks.text import vocab as vocab_lib
+
 SPLITS = {'train': 50_000, 'validation': 1_000, 'test': 1_000}
 
 # Fixed seeds rather than hash(split): Python salts string hashes per process.
@@ -582,3 +586,15 @@ def translate(source: str) -> str:
     if word not in _SOURCE_WORDS:
       raise ValueError(f'unknown source word {word!r} in {source!r}.')
   return ' '.join(_target_words(_Parser(source).sentence()))
+
+
+def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.TextTask:
+  """task.sizes: {split: number of pairs}; no file, no trained vocabulary."""
+  del workdir, train_vocab  # Generated and fixed: nothing to read or train.
+  splits = {split: examples(split, size)
+            for split, size in config.sizes.items()}
+  return task_lib.TextTask(vocab_lib.WordVocabulary(words()), splits)
+
+
+# Its one field, task.sizes, is checked by examples() as the task loads.
+SPEC = spec.TaskSpec(name='embedded', kind='text', load=_load)

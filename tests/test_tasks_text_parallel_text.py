@@ -2,7 +2,7 @@
 
 import pytest
 
-from bpd_jax.data import text
+from bpd_jax.tasks.text import parallel_text
 
 
 def write(path, lines):
@@ -13,18 +13,18 @@ def write(path, lines):
 def test_reads_aligned_pairs(tmp_path):
   src = write(tmp_path / 'a.en', ['a dog .', ' a cat . '])
   tgt = write(tmp_path / 'a.de', ['ein hund .', 'eine katze .'])
-  assert text.read_parallel(src, tgt) == [('a dog .', 'ein hund .'),
+  assert parallel_text.read_parallel(src, tgt) == [('a dog .', 'ein hund .'),
                                           ('a cat .', 'eine katze .')]
-  assert text.read_parallel(src, tgt, limit=1) == [('a dog .', 'ein hund .')]
+  assert parallel_text.read_parallel(src, tgt, limit=1) == [('a dog .', 'ein hund .')]
 
 
 def test_errors(tmp_path):
   src = write(tmp_path / 'a.en', ['a dog .', 'a cat .'])
   with pytest.raises(FileNotFoundError, match='b.de not found'):
-    text.read_parallel(src, str(tmp_path / 'b.de'))
+    parallel_text.read_parallel(src, str(tmp_path / 'b.de'))
   short = write(tmp_path / 'c.de', ['ein hund .'])
   with pytest.raises(ValueError, match='has 2 lines but .* has 1'):
-    text.read_parallel(src, short)
+    parallel_text.read_parallel(src, short)
   blank = write(tmp_path / 'd.de', ['ein hund .', ''])
   with pytest.raises(ValueError, match='line 2 of .*d.de is empty'):
-    text.read_parallel(src, blank)
+    parallel_text.read_parallel(src, blank)
