@@ -2,7 +2,7 @@
 
     python -m bpd_jax.evaluate --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Decodes the config's eval split greedily and blockwise (eval.ks, criterion,
+Decodes the config's eval split greedily and blockwise (eval.ks, criteria,
 min_block), prints a one-screen table and writes
 WORKDIR/eval_<split>.json: BLEU (sacreBLEU on detokenized output, with its
 signature), mean accepted block size, model calls, wall-clock, speedup over

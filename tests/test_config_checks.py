@@ -23,7 +23,8 @@ def test_demo_configs_pass():
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
     ('eval', 'ks', (2, 9), r'eval.ks: k=9 must be an integer in \[1, 8\]'),
     ('eval', 'min_block', 3, r'eval.min_block=3 must be in \[1, 2\]'),
-    ('eval', 'criterion', 'top3', "criterion 'top3' is not"),
+    ('eval', 'criteria', ('top3',), "criterion 'top3' is not"),
+    ('eval', 'criteria', (), 'must be a non-empty tuple'),
     ('eval', 'max_len', 45, 'eval.max_len=45 with k up to 8 needs 53 decoder '
      'positions; model.max_target_len=48'),
     ('model', 'dropout_rate', 2.0, r'dropout_rate=2.0 must be in \[0, 1\)'),
