@@ -117,8 +117,3 @@ def test_unprepared_dataset_and_missing_vocabulary(tmp_path, mock_wmt):
   with pytest.raises(FileNotFoundError, match='vocab.model not found'):
     tasks.load_task(wmt_config(prepared_data_dir(tmp_path)),
                     str(tmp_path / 'work'), train_vocab=False)
-
-
-def test_shard_bounds_cover_every_example_once():
-  bounds = [tfds_translation.shard_bounds(10, p, 3) for p in range(3)]
-  assert bounds == [(0, 3), (3, 6), (6, 10)]

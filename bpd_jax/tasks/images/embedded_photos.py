@@ -162,7 +162,7 @@ def _check_section(task) -> None:
 
 def _check(config) -> None:
   _check_section(config.task)
-  task_lib.check_eval(config)
+  task_lib.check_lengths_and_eval(config)
 
 
 def _load(config, workdir: str,

@@ -131,24 +131,26 @@ def shapes(task) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
   """(target (H, W, C), input (h, w, C)) of a task section, checked.
 
   Raises:
-    ValueError: a bad high_res, low_res or max length.
+    ValueError: a bad high_res or low_res.
   """
   at_least(task, 'task', high_res=1, low_res=1)
   if task.high_res % task.low_res:
     raise ValueError(f'task.high_res={task.high_res} must be a multiple of '
                      f'task.low_res={task.low_res} (inputs are area means of '
                      f'whole blocks of the target).')
+  return (task.high_res, task.high_res, 3), (task.low_res, task.low_res, 3)
+
+
+def check_lengths_and_eval(config) -> None:
+  """The max lengths of the task section (an image's intensities, training
+  pads to them), and the super-resolution report's fields
+  (bpd_jax/sr_eval.py)."""
+  ev, task = config.eval, config.task
   for field, side in (('max_source_len', task.low_res),
                       ('max_target_len', task.high_res)):
     if task[field] != side * side * 3:
       raise ValueError(f'task.{field}={task[field]} must be {side * side * 3}'
                        f' ({side}x{side}x3 intensities, no eos).')
-  return (task.high_res, task.high_res, 3), (task.low_res, task.low_res, 3)
-
-
-def check_eval(config) -> None:
-  """The super-resolution report's fields (bpd_jax/sr_eval.py)."""
-  ev, task = config.eval, config.task
   at_least(ev, 'eval', grid_examples=1)
   pixels = task.high_res * task.high_res * 3
   if ev.max_len != pixels:
