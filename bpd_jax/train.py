@@ -38,8 +38,8 @@ from bpd_jax import optim
 from bpd_jax import sharding
 from bpd_jax import sr_eval
 from bpd_jax import tasks
+from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
 from bpd_jax.tasks import batching
-from bpd_jax.models import Transformer, TransformerConfig
 
 HEADS = nnx.PathContains('heads')
 
@@ -87,7 +87,9 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 def model_config_from(config, vocab_size: int) -> TransformerConfig:
   """The TransformerConfig of a config's `model` section (validated)."""
-  return TransformerConfig.from_size(**dict(config.model),
+  fields = dict(config.model)
+  image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
+  return TransformerConfig.from_size(**fields, image=image,
                                      vocab_size=vocab_size)
 
 
