@@ -8,8 +8,8 @@ from flax import nnx
 
 from bpd_jax import decode_eval
 from bpd_jax import sr_eval
-from bpd_jax.tasks.images import task as image_task
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.tasks.images import task as image_task
 
 import train_configs
 

@@ -1,8 +1,12 @@
-"""Crops of the photos shipped with scikit-image and matplotlib."""
+"""Crops of the photos shipped with scikit-image and matplotlib, and the
+'embedded_images' task."""
 
+import ml_collections
 import numpy as np
 import pytest
 
+from bpd_jax import tasks
+from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tokens as image_tokens
 
@@ -74,3 +78,55 @@ def test_a_missing_photo_file_names_its_package(monkeypatch):
   with pytest.raises(FileNotFoundError, match="photo 'ghost' not found at "
                      '.*ghost.png: it ships with skimage'):
     embedded_photos.photo('ghost')
+
+
+def image_config(**overrides):
+  return ml_collections.ConfigDict({**dict(
+      name='embedded_images', high_res=16, low_res=4,
+      sizes=dict(train=40, validation=6), max_source_len=48,
+      max_target_len=768), **overrides})
+
+
+def test_embedded_images_task_feeds_train_batches():
+  task = tasks.load_task(image_config(), '/nonexistent')
+  assert task.vocab.vocab_size == 259
+  assert task.image_shape == (16, 16, 3) and task.low_res_shape == (4, 4, 3)
+  encoded = task.encoded('train')
+  assert len(encoded) == 40
+  source, target = encoded[0]
+  assert len(source) == 48 and len(target) == 768  # No eos: fixed length.
+  low, high = task.images('train')
+  np.testing.assert_array_equal(target, image_tokens.to_tokens(high[0]))
+  np.testing.assert_array_equal(source, image_tokens.to_tokens(low[0]))
+  data = batching.TrainBatches(encoded, 8, 48, 768, seed=0)
+  batch = data(7)
+  assert batch['source'].shape == (8, 48) and batch['target'].shape == (8, 768)
+  assert batch['target'].min() >= image_tokens.INTENSITY_OFFSET
+  assert data.dropped == 0
+
+
+def test_image_task_shares_sources_and_images():
+  task = tasks.load_task(image_config(), '/nonexistent')
+  shards = [task.train_examples(p, 3) for p in range(3)]
+  assert [len(s) for s in shards] == [13, 13, 14]
+  np.testing.assert_array_equal(shards[1][0][1], task.encoded('train')[13][1])
+  sources, cut = task.sources('validation', 48, limit=4)
+  assert cut == 0 and len(sources) == 4 and len(sources[0]) == 48
+  assert sources[0] == task.encoded('validation')[0][0].tolist()
+  low, high = task.images('validation', limit=2)
+  assert low.shape == (2, 4, 4, 3) and high.shape == (2, 16, 16, 3)
+  with pytest.raises(ValueError, match=r'4x4x3 input images are 48 tokens; '
+                     'max_len=40'):
+    task.sources('validation', 40)
+  with pytest.raises(ValueError, match="split 'test' is not one of"):
+    task.images('test')
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(high_res=16, low_res=5), 'task.high_res=16 must be a multiple of '
+     'task.low_res=5'),
+    (dict(sizes=dict(train=4, dev=2)), r"task.sizes has splits \['dev'\]"),
+])
+def test_image_task_errors(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    tasks.load_task(image_config(**overrides), '/nonexistent')

@@ -15,10 +15,10 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from bpd_jax.tasks import batching
-from bpd_jax.tasks.images import tokens as image_tokens
 from bpd_jax import tasks
+from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import tfds_images
+from bpd_jax.tasks.images import tokens as image_tokens
 
 EXAMPLES = 12  # Per split (the mock ignores the split's real size).
 

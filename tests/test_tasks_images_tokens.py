@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from skimage import transform
 
-from bpd_jax.tasks.images import tokens as image_tokens
 from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.images import tokens as image_tokens
 
 
 def random_images(shape, seed=0):

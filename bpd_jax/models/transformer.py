@@ -29,8 +29,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bpd_jax.models import attention
-from bpd_jax.models import positions as positions_lib
 from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import positions as positions_lib
 
 DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
 
