@@ -47,6 +47,10 @@ Splits. Each split samples sentences from its own fixed seed, and each
 distinct source sentence belongs to exactly one split, picked by a checksum
 of its text (80% train, 10% validation, 10% test), so the splits are disjoint
 at any size and no source sentence repeats within a split.
+
+The 'embedded' task (SPEC below) serves these pairs with a word vocabulary
+(words()); its section has, besides name, max_source_len and
+max_target_len, only sizes: {split: number of pairs}.
 """
 
 import functools
