@@ -5,7 +5,11 @@
 
 Values are converted to the type of their default; an unknown key or a value
 of the wrong type stops with a message naming it before any work starts.
+`sibling` loads a config file's shared base (configs/base.py).
 """
+
+import importlib.util
+import os
 
 
 def parse(arg: str | None, **defaults) -> dict:
@@ -33,3 +37,19 @@ def parse(arg: str | None, **defaults) -> dict:
         raise ValueError(f'config option {key}={value!r} is not of type '
                          f'{type(default).__name__}.') from None
   return options
+
+
+def sibling(config_file: str, name: str):
+  """The config module NAME.py in the directory of `config_file`.
+
+  Config files are loaded by path (config_flags, the tests), not imported
+  from a package, so an experiment config reaches the shared base as
+  `base = config_options.sibling(__file__, 'base')`.
+  """
+  path = os.path.join(os.path.dirname(os.path.abspath(config_file)),
+                      f'{name}.py')
+  spec = importlib.util.spec_from_file_location(f'bpd_jax_configs_{name}',
+                                                path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module

@@ -30,7 +30,7 @@ from flax import nnx
 from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax import sharding
-from bpd_jax.data import batching
+from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
            'speedup', 'identical_to_greedy')
@@ -107,10 +107,11 @@ def timed_run(spec: DecoderSpec, decoder: generate.Decoder, batches,
 
 
 def decoders_from_config(eval_config) -> list[DecoderSpec]:
-  """Greedy first (the reference), then blockwise for each k in eval.ks."""
+  """Greedy first (the reference), then blockwise for each k in eval.ks
+  and each criterion in eval.criteria."""
   return [DecoderSpec()] + [
-      DecoderSpec(k, eval_config.criterion, eval_config.min_block)
-      for k in eval_config.ks]
+      DecoderSpec(k, criterion, eval_config.min_block)
+      for k in eval_config.ks for criterion in eval_config.criteria]
 
 
 def bleu(hypotheses: list[str], references: list[str],

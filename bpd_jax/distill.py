@@ -25,18 +25,16 @@ from bpd_jax import config_checks
 from bpd_jax import distributed
 from bpd_jax import generate
 from bpd_jax import sharding
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
+from bpd_jax.tasks import batching
 
 SOURCE_SUFFIX, TARGET_SUFFIX = 'src', 'tgt'
 
 
 def distill(config, workdir: str, output_dir: str, log=print) -> dict:
   """Writes the distilled corpus; returns {split: number of pairs}."""
-  if config.task.name in tasks.IMAGE_TASKS:
-    raise ValueError(f'distillation writes parallel text; '
-                     f'task.name={config.task.name!r} is an image task.')
+  tasks.require_kind(config, 'text', job='distill')
   model, task = train.restore_model(config, workdir)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   pairs = task.pairs('train')

@@ -2,7 +2,7 @@
 
     python -m bpd_jax.evaluate --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Decodes the config's eval split greedily and blockwise (eval.ks, criterion,
+Decodes the config's eval split greedily and blockwise (eval.ks, criteria,
 min_block), prints a one-screen table and writes
 WORKDIR/eval_<split>.json: BLEU (sacreBLEU on detokenized output, with its
 signature), mean accepted block size, model calls, wall-clock, speedup over
@@ -20,8 +20,8 @@ from bpd_jax import config_checks
 from bpd_jax import decode_eval
 from bpd_jax import distributed
 from bpd_jax import sr_eval
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import tasks
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -36,7 +36,7 @@ def main(argv):
   config_checks.check(config)
   distributed.initialize()
   model, task = train.restore_model(config, _WORKDIR.value)
-  report = (sr_eval.report if config.task.name in tasks.IMAGE_TASKS
+  report = (sr_eval.report if tasks.get(config.task.name).kind == 'image'
             else decode_eval.report)
   report(config, _WORKDIR.value, model, task)
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import token_ids
 
 
 def shift_right(target: jax.Array, bos_id: int) -> jax.Array:
@@ -21,7 +21,7 @@ def shift_right(target: jax.Array, bos_id: int) -> jax.Array:
 
 
 def shifted_targets(target: jax.Array, first: int, count: int,
-                    pad_id: int = vocab_lib.PAD_ID) -> jax.Array:
+                    pad_id: int = token_ids.PAD_ID) -> jax.Array:
   """Labels of heads first .. first+count-1: [batch, length, count].
 
   labels[b, t, j] = target[b, t + first + j], pad_id past the end.

@@ -18,8 +18,8 @@ from bpd_jax import config_checks
 from bpd_jax import distributed
 from bpd_jax import decode_eval
 from bpd_jax import sr_eval
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import tasks
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -40,7 +40,7 @@ def main(argv):
     print(preempted)  # Saved; the rerun resumes. Not an error.
     return
   if config.eval.after_training:
-    report = (sr_eval.report if config.task.name in tasks.IMAGE_TASKS
+    report = (sr_eval.report if tasks.get(config.task.name).kind == 'image'
               else decode_eval.report)
     report(config, _WORKDIR.value, model, task)
 

@@ -32,8 +32,8 @@ from skimage import metrics
 from bpd_jax import decode_eval
 from bpd_jax import generate
 from bpd_jax import sharding
-from bpd_jax.data import batching
-from bpd_jax.data import images as images_lib
+from bpd_jax.tasks import batching
+from bpd_jax.tasks.images import tokens as images_lib
 
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
            'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy')
@@ -80,7 +80,7 @@ def evaluate(model, task, split: str,
 
   Args:
     model: the Transformer (encoder over the input image's intensities).
-    task: an image_tasks.ImageTask.
+    task: a tasks.images.task.ImageTask.
     split: split name.
     decoders: greedy first (the reference of speedups and comparisons).
     batch_size: images decoded together.

@@ -37,9 +37,9 @@ from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import sharding
 from bpd_jax import sr_eval
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
-from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax import tasks
+from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
+from bpd_jax.tasks import batching
 
 HEADS = nnx.PathContains('heads')
 
@@ -87,7 +87,9 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 def model_config_from(config, vocab_size: int) -> TransformerConfig:
   """The TransformerConfig of a config's `model` section (validated)."""
-  return TransformerConfig.from_size(**dict(config.model),
+  fields = dict(config.model)
+  image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
+  return TransformerConfig.from_size(**fields, image=image,
                                      vocab_size=vocab_size)
 
 
@@ -421,7 +423,7 @@ def _periodic_eval(config, graphdef, state, task, mesh, writer, step, log):
   options = dict(batch_size=config.eval.batch_size,
                  num_examples=config.eval.periodic_examples, mesh=mesh,
                  log=lambda m: None)
-  if config.task.name in tasks.IMAGE_TASKS:
+  if tasks.get(config.task.name).kind == 'image':
     rows = sr_eval.evaluate(model, task, config.eval.split, decoders,
                             **options)['rows'][1:]  # After bicubic's row.
     values = {'eval/psnr': rows[0]['psnr'], 'eval/ssim': rows[0]['ssim']}

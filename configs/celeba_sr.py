@@ -53,11 +53,13 @@ over the 192 input intensities, decoder 8 layers with local 1D attention
 (query blocks of 96 positions, one image row, and the row above),
 d_model 512, d_ff 2048, 8 attention heads, learned positions, batches of
 32 images, 100k base steps and 50k head steps.
+
+Fields not set here keep configs/base.py's value (documented there).
 """
 
-import ml_collections
-
 from bpd_jax import config_options
+
+base = config_options.sibling(__file__, 'base')
 
 BASES = ('frozen', 'finetuned')
 
@@ -84,10 +86,9 @@ def get_config(arg=None):
                      'needs k >= 2.')
   high_res = 16 if local else 32
   low_res = 8
-  config = ml_collections.ConfigDict()
-  config.seed = 0  # Seed of the weights, data order, dropout and head draws.
+  config = base.get_config()
 
-  config.task = task = ml_collections.ConfigDict()
+  task = config.task
   task.name = 'tfds_images'  # A TFDS image dataset, preprocessed for SR.
   task.dataset = 'celeb_a'  # TFDS name.
   task.data_dir = options['data_dir']  # Where `tfds build` prepared it.
@@ -99,7 +100,7 @@ def get_config(arg=None):
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
 
-  config.model = model = ml_collections.ConfigDict()
+  model = config.model
   model.size = 'tiny' if local else 'base'  # Starting sizes, overridden below.
   model.d_model = 32 if local else 512  # Width of every layer.
   model.d_ff = 64 if local else 2048  # Feed-forward hidden width.
@@ -119,9 +120,8 @@ def get_config(arg=None):
   model.num_proposal_heads = k  # k heads; decoding may use any k up to this.
   model.head_layer = 'joint'  # The paper's head: one shared hidden layer.
   model.head_hidden = 32 if local else 2048  # Hidden width of the head layer.
-  model.head1_from_base = True  # Head 1 is the base model's own output.
 
-  config.train = train = ml_collections.ConfigDict()
+  train = config.train
   train.batch_size = 8 if local else 32  # Images a step, over all devices.
   base_steps = 10 if local else 100_000
   head_steps = 6 if local else 50_000
@@ -134,23 +134,13 @@ def get_config(arg=None):
   train.learning_rate = 2e-3 if local else 5e-4  # Peak, after warm-up.
   train.warmup_steps = 5 if local else 4000  # Linear warm-up, then 1/sqrt.
   train.label_smoothing = 0.0  # Intensities are ordinal: no smoothing.
-  train.clip_norm = 1.0  # Global gradient norm clip (0: none).
-  train.grad_accum_steps = 1  # Micro-batches accumulated per update.
   train.log_every = 5 if local else 500  # Steps between progress lines.
   train.checkpoint_every = 100 if local else 5000  # Steps between checkpoints.
-  train.keep_checkpoints = 2  # Newest checkpoints kept.
 
-  config.mesh = mesh = ml_collections.ConfigDict()
-  mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.
-  mesh.axes = ('data',)  # Mesh axis names.
-  mesh.data_axis = 'data'  # The axis the batch is split along.
-  mesh.param_rules = ()  # (regex on param path, spec) pairs; none: replicated.
-
-  config.eval = ev = ml_collections.ConfigDict()
+  ev = config.eval
   ev.split = 'test'  # Split decoded by evaluation.
   ev.num_examples = 4 if local else 256  # First N images (0: all).
   ev.grid_examples = 4 if local else 8  # Images drawn in the PNG grid.
-  ev.batch_size = 1  # Images decoded together (1: latency, as the paper).
   ev.max_len = high_res * high_res * 3  # Intensities generated an image.
   ev.ks = tuple(sorted({j for j in (2, 4, 6, 8, 10)
                        if options['min_block'] <= j < k} | {k})
@@ -161,9 +151,6 @@ def get_config(arg=None):
   if options['topk']:
     criteria.append(f'top-k:{options["topk"]}')
   ev.criteria = tuple(criteria)  # Verification criteria, each at every k.
-  ev.criterion = 'exact'  # Periodic evaluation's criterion.
   ev.min_block = options['min_block']  # Fewest accepted per call (<= min k).
-  ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 4  # Images decoded by those evaluations.
-  ev.after_training = True  # The main job evaluates when training ends.
   return config

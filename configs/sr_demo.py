@@ -5,8 +5,8 @@
 The super-resolution job of the paper (Stern et al. 2018: an Image
 Transformer, CelebA 8x8 -> 32x32; configs/celeba_sr.py) scaled to run on
 this machine with no download: crops of the colour photos that ship inside
-scikit-image and matplotlib (bpd_jax/data/embedded_images.py; the
-validation photo is a portrait no training crop comes from). A small
+scikit-image and matplotlib (bpd_jax/tasks/images/embedded_photos.py;
+the validation photo is a portrait no training crop comes from). A small
 conditional Image Transformer (the encoder reads the 8x8x3 input's
 intensities; the decoder writes the 16x16x3 = 768 output intensities in
 raster order with local 1D attention, each position seeing its own image
@@ -36,22 +36,22 @@ and its training budget.
 
 Options (`--config=configs/sr_demo.py:quick`): quick (a one-minute run
 that shows the pipeline, not the quality). Any field can be overridden,
-e.g. `--config.eval.criteria="('exact','distance:2')"`.
+e.g. `--config.eval.criteria="('exact','distance:2')"`. Fields not set
+here keep configs/base.py's value (documented there).
 """
 
-import ml_collections
-
 from bpd_jax import config_options
+
+base = config_options.sibling(__file__, 'base')
 
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False)
   quick = options['quick']
   high_res, low_res = 16, 8
-  config = ml_collections.ConfigDict()
-  config.seed = 0  # Seed of the weights, data order, dropout and head draws.
+  config = base.get_config()
 
-  config.task = task = ml_collections.ConfigDict()
+  task = config.task
   task.name = 'embedded_images'  # Crops of the photos shipped with the code.
   task.high_res = high_res  # Side of the targets, in pixels.
   task.low_res = low_res  # Side of the inputs (high_res must be a multiple).
@@ -60,7 +60,7 @@ def get_config(arg=None):
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
 
-  config.model = model = ml_collections.ConfigDict()
+  model = config.model
   model.size = 'tiny'  # Starting sizes (models/transformer.py), overridden below.
   model.d_model = 64  # Width of every layer.
   model.d_ff = 256  # Feed-forward hidden width.
@@ -78,45 +78,26 @@ def get_config(arg=None):
   model.max_source_len = low_res * low_res * 3  # Longest input.
   model.max_target_len = high_res * high_res * 3 + 8  # Output + k positions.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
-  model.head_layer = 'independent'  # 'independent' heads or the paper's 'joint' layer.
   model.head_hidden = 128  # Hidden width of one head's layer.
-  model.head1_from_base = True  # Head 1 is the base model's own output.
 
-  config.train = train = ml_collections.ConfigDict()
+  train = config.train
   train.batch_size = 16  # Images a step, over all devices.
   train.base_steps = 60 if quick else 600  # Phase 'base': the whole model.
   train.head_steps = 30 if quick else 300  # Phase 'heads': heads (+ base).
   train.freeze_base = False  # Fine-tune all (longer blocks); True: frozen.
   train.head1_weight = 0.5  # Head 1's share of a fine-tuning loss (0: 1/k).
-  train.random_head = False  # One random head a step (True) or the mean of all.
-  train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 3e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 200  # Linear warm-up, then 1/sqrt(step) decay.
   train.label_smoothing = 0.0  # Intensities are ordinal: no smoothing.
   train.input_dropout = 0.3  # Previous pixels hidden: the input image matters.
-  train.clip_norm = 1.0  # Global gradient norm clip (0: none).
-  train.grad_accum_steps = 1  # Micro-batches accumulated per update.
   train.log_every = 20 if quick else 200  # Steps between progress lines.
-  train.checkpoint_every = 1000  # Steps between checkpoints (and at phase ends).
-  train.keep_checkpoints = 2  # Newest checkpoints kept.
 
-  config.mesh = mesh = ml_collections.ConfigDict()
-  mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.
-  mesh.axes = ('data',)  # Mesh axis names.
-  mesh.data_axis = 'data'  # The axis the batch is split along.
-  mesh.param_rules = ()  # (regex on param path, spec) pairs; none: replicated.
-
-  config.eval = ev = ml_collections.ConfigDict()
-  ev.split = 'validation'  # Split decoded by evaluation.
+  ev = config.eval
   ev.num_examples = 4 if quick else 16  # First N images (0: all).
   ev.grid_examples = 4 if quick else 8  # Images drawn in the PNG grid.
-  ev.batch_size = 1  # Images decoded together (1: latency, as the paper).
   ev.max_len = high_res * high_res * 3  # Intensities generated an image.
   ev.ks = (2, 4, 8)  # Blockwise block sizes compared with greedy.
   ev.criteria = ('exact', 'distance:4', 'distance:16')  # Per k: verification.
-  ev.criterion = 'exact'  # Periodic evaluation's criterion.
   ev.min_block = 1  # Fewest intensities accepted per call (<= the smallest k).
-  ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 4  # Images decoded by those evaluations.
-  ev.after_training = True  # The main job evaluates when training ends.
   return config

@@ -81,11 +81,13 @@ Training as the paper: Transformer base (6+6 layers, d_model 512, d_ff 2048,
 the joint head layer, one random head's loss per step. Step counts (100k
 base, 100k heads) are our choice; the paper's: 1,000,000 base steps on 8
 P100 GPUs, then 1,000,000 for each head model.
+
+Fields not set here keep configs/base.py's value (documented there).
 """
 
-import ml_collections
-
 from bpd_jax import config_options
+
+base = config_options.sibling(__file__, 'base')
 
 BASES = ('frozen', 'finetuned')
 CRITERIA = {'exact': 'exact', 'top-2': 'top-k:2', 'top-3': 'top-k:3'}
@@ -111,10 +113,9 @@ def get_config(arg=None):
   if init_from and k == 1:
     raise ValueError('config option init_from trains heads on a base: it '
                      'needs k >= 2.')
-  config = ml_collections.ConfigDict()
-  config.seed = 0  # Seed of the weights, data order, dropout and head draws.
+  config = base.get_config()
 
-  config.task = task = ml_collections.ConfigDict()
+  task = config.task
   task.name = 'tfds_translation'  # A TFDS translation dataset.
   task.dataset = 'wmt14_translate/de-en'  # TFDS name/config.
   task.data_dir = options['data_dir']  # Where `tfds build` prepared it.
@@ -139,17 +140,15 @@ def get_config(arg=None):
     task.vocab_type = 'sentencepiece'  # Subwords.
     del task.dataset, task.mock_examples
 
-  config.model = model = ml_collections.ConfigDict()
+  model = config.model
   model.size = 'tiny' if local else 'base'  # models/transformer.py SIZES.
-  model.dropout_rate = 0.1  # Training only.
   model.max_source_len = task.max_source_len  # Eval sources are cut to it.
   model.max_target_len = (32 if local else 256) + 10  # eval.max_len + k <= it.
   model.num_proposal_heads = k  # k heads (1: the base model alone).
   model.head_layer = 'joint'  # The paper's: one layer of k * head_hidden.
   model.head_hidden = 64 if local else 2048  # Per head: the paper's d_ff.
-  model.head1_from_base = True  # Head 1 is the base model's own output.
 
-  config.train = train = ml_collections.ConfigDict()
+  train = config.train
   train.batch_size = 1  # Unused: tokens_per_batch sets the batches.
   train.tokens_per_batch = 512 if local else 32_768  # Global, by bucket.
   # Bucket lengths (pieces): a batch pads to its bucket's length.
@@ -158,34 +157,21 @@ def get_config(arg=None):
   train.base_steps = 0 if init_from else (6 if local else 100_000)
   train.head_steps = 0 if k == 1 else (4 if local else 100_000)
   train.freeze_base = options['base'] == 'frozen'  # False: fine-tune all.
-  train.head1_weight = 0.0  # Head 1's share of a fine-tuning loss (0: 1/k).
   train.random_head = True  # The paper: one random head's loss a step.
   train.init_from = init_from  # Workdir of the trained base ('': train it).
   train.learning_rate = 7e-4  # Peak: 512^-0.5 * 4000^-0.5.
   train.warmup_steps = 4 if local else 4_000  # Then 1/sqrt(step) decay.
-  train.label_smoothing = 0.1  # As in the paper.
   train.clip_norm = 0.0  # Global gradient norm clip (0: none, as T2T).
-  train.grad_accum_steps = 1  # Micro-batches accumulated per update.
   train.log_every = 2 if local else 500  # Steps between progress lines.
   train.checkpoint_every = 5 if local else 5_000  # Steps between saves.
   train.keep_checkpoints = 3  # Newest checkpoints kept.
 
-  config.mesh = mesh = ml_collections.ConfigDict()
-  mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.
-  mesh.axes = ('data',)  # Mesh axis names.
-  mesh.data_axis = 'data'  # The axis the batch is split along.
-  mesh.param_rules = ()  # (regex on param path, spec) pairs; none: replicated.
-
-  config.eval = ev = ml_collections.ConfigDict()
+  ev = config.eval
   ev.split = 'test'  # newstest2014.
   ev.num_examples = 4 if local else 0  # First N sentences (0: all 3,003).
-  ev.batch_size = 1  # Sentences decoded together (1: latency, as the paper).
   ev.max_len = 32 if local else 256  # Most pieces generated per sentence.
   ev.ks = (k,) if k > 1 else ()  # Blockwise block sizes beside greedy.
-  ev.criterion = CRITERIA[options['criterion']]  # Verification.
+  ev.criteria = (CRITERIA[options['criterion']],)  # Verification.
   ev.min_block = options['min_block']  # Fewest tokens accepted per call.
   ev.tokenized_bleu = True  # Also print bleu_intl (t2t-bleu's convention).
-  ev.every = 0  # Steps between evaluations during training (0: none).
-  ev.periodic_examples = 100  # Sentences decoded by those evaluations.
-  ev.after_training = True  # The main job evaluates when training ends.
   return config

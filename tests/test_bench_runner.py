@@ -6,8 +6,8 @@ from flax import nnx
 
 from bpd_jax import generate
 from bpd_jax.bench import runner
-from bpd_jax.data import batching
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.tasks import batching
 
 
 def test_sweep_order_and_combinations():

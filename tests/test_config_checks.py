@@ -23,7 +23,8 @@ def test_demo_configs_pass():
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
     ('eval', 'ks', (2, 9), r'eval.ks: k=9 must be an integer in \[1, 8\]'),
     ('eval', 'min_block', 3, r'eval.min_block=3 must be in \[1, 2\]'),
-    ('eval', 'criterion', 'top3', "criterion 'top3' is not"),
+    ('eval', 'criteria', ('top3',), "criterion 'top3' is not"),
+    ('eval', 'criteria', (), 'must be a non-empty tuple'),
     ('eval', 'max_len', 45, 'eval.max_len=45 with k up to 8 needs 53 decoder '
      'positions; model.max_target_len=48'),
     ('model', 'dropout_rate', 2.0, r'dropout_rate=2.0 must be in \[0, 1\)'),
@@ -98,7 +99,7 @@ def test_a_missing_field_is_named():
     ('embedded_images', 'sizes', dict(train=0), r"task.sizes\['train'\]=0 "
      'must be an integer >= 1'),
     ('embedded_images', 'scales', (1, 0), r'task.scales=\(1, 0\) must be'),
-    ('tfds_images', 'splits', dict(test='test'), 'needs "train"'),
+    ('tfds_images', 'splits', dict(test='test'), 'needs a "train" entry'),
     ('tfds_images', 'dataset', '', "task.dataset='' must be a TFDS name"),
     ('tfds_images', 'mock_examples', -1, 'task.mock_examples=-1 must be an '
      'integer >= 0'),

@@ -24,3 +24,9 @@ def test_flag_without_value_and_empty_arg():
 def test_errors(arg, message):
   with pytest.raises(ValueError, match=message):
     config_options.parse(arg, size='small', batch=8)
+
+
+def test_sibling_loads_the_shared_base(tmp_path):
+  (tmp_path / 'base.py').write_text('def get_config():\n  return 7\n')
+  base = config_options.sibling(str(tmp_path / 'experiment.py'), 'base')
+  assert base.get_config() == 7

@@ -4,8 +4,8 @@ import pytest
 from flax import nnx
 
 from bpd_jax import decode_eval
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import tasks
 
 from train_configs import tiny_config
 

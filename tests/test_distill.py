@@ -3,8 +3,8 @@
 import pytest
 
 from bpd_jax import distill
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import tasks
 
 import train_configs
 from train_configs import demo_config, tiny_config

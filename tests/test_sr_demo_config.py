@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from bpd_jax import config_checks
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import tasks
 
 import train_configs
 

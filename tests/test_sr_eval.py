@@ -8,8 +8,8 @@ from flax import nnx
 
 from bpd_jax import decode_eval
 from bpd_jax import sr_eval
-from bpd_jax.data import image_tasks
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.tasks.images import task as image_task
 
 import train_configs
 
@@ -54,7 +54,7 @@ def tiny_image_task(count=5, high=4, low=2):
   high_images = rng.integers(0, 256, (count, high, high, 3), dtype=np.uint8)
   low_images = high_images.reshape(count, low, high // low, low, high // low,
                                    3).mean((2, 4)).astype(np.uint8)
-  return image_tasks.ImageTask((high, high, 3), (low, low, 3),
+  return image_task.ImageTask((high, high, 3), (low, low, 3),
                                {'validation': lambda: (low_images,
                                                        high_images)})
 

@@ -12,7 +12,7 @@ from flax import nnx
 
 from bpd_jax import losses
 from bpd_jax import train
-from bpd_jax.data import batching
+from bpd_jax.tasks import batching
 
 from train_configs import tiny_config
 

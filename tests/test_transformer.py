@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax import ops
-from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
 
 @nnx.jit
 def extend(model, cache, tokens, start):
@@ -65,9 +65,10 @@ def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
         **TINY, 'num_encoder_layers': encoder_layers, 'pre_norm': pre_norm,
         'positions': positions, 'dtype': 'float64',
         'param_dtype': 'float64', 'local_attention_block': local_block,
-        'local_attention_memory': local_memory, 'source_image_side': 1,
-        'target_image_side': 2,
-        'image_source_skip': positions == 'image' and encoder_layers > 0})
+        'local_attention_memory': local_memory,
+        'image': ImagePositions(
+            source_side=1, target_side=2,
+            source_skip=encoder_layers > 0) if positions == 'image' else None})
     model = Transformer(config, rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     source = None
@@ -144,9 +145,8 @@ def test_paper_sizes():
      'integer >= 0'),
     ('local_attention_memory', 4, 'local_attention_memory=4 needs local '
      'attention'),
-    ('positions', 'image', "source_image_side=0 must be an integer >= 1 "
-     "with positions='image'"),
-    ('image_source_skip', True, "image_source_skip needs positions='image'"),
+    ('positions', 'image', "positions='image' needs image"),
+    ('image', ImagePositions(target_side=2), "image needs positions='image'"),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -190,32 +190,3 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
   np.testing.assert_allclose(model.proposal_logits(hidden, 2),
                              model.head_logits(hidden, 1, 1),
                              rtol=1e-5, atol=1e-5)
-
-
-def test_image_positions_match_across_resolutions():
-  """The centre of an input pixel and of the output pixels over it: near
-  codes; a pixel elsewhere: a distant one."""
-  from bpd_jax.models import transformer
-  code = lambda position, side: transformer.image_positions(
-      jnp.array([position]), side, 3, 64)[0]
-  # Input pixel (1, 1) of a 2x2 image is output pixels (2..3, 2..3) of 4x4.
-  source = code((1 * 2 + 1) * 3, 2)
-  inside = code((2 * 4 + 2) * 3 + 1, 4)   # Pixel (2, 2), channel 1.
-  outside = code((0 * 4 + 3) * 3, 4)      # Pixel (0, 3).
-  assert jnp.linalg.norm(source - inside) < jnp.linalg.norm(source - outside)
-  # Channels share their pixel's code (the model adds a channel embedding).
-  np.testing.assert_allclose(code(9, 4), code(11, 4))
-
-
-def test_source_skip_reads_the_input_pixel_under_each_output_pixel():
-  config = TransformerConfig(**{
-      **TINY, 'vocab_size': 20, 'positions': 'image', 'source_image_side': 2,
-      'target_image_side': 4, 'image_channels': 1,
-      'image_source_skip': True, 'max_target_len': 20})
-  model = Transformer(config, rngs=nnx.Rngs(0))
-  # Output pixel (row, column) of 4x4 lies under input pixel (row // 2,
-  # column // 2) of 2x2; positions past the image take the last row.
-  under = model._source_under(jnp.arange(18))
-  np.testing.assert_array_equal(
-      under, [0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3, 2, 2])
-

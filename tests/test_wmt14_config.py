@@ -61,7 +61,7 @@ def test_paper_scale_defaults():
   assert config.task.vocab_size == 32_000 and config.eval.split == 'test'
   assert (config.model.size, config.model.num_proposal_heads) == ('base', 1)
   assert config.train.tokens_per_batch == 32_768
-  assert wmt_config('k=8,criterion=top-3').eval.criterion == 'top-k:3'
+  assert wmt_config('k=8,criterion=top-3').eval.criteria == ('top-k:3',)
 
 
 @pytest.mark.parametrize('arg,message', [

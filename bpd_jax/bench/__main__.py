@@ -26,11 +26,11 @@ from ml_collections import config_flags
 from bpd_jax import config_checks
 from bpd_jax import decode_eval
 from bpd_jax import generate
+from bpd_jax import tasks
 from bpd_jax import train
 from bpd_jax.bench import report
 from bpd_jax.bench import runner
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
+from bpd_jax.tasks import batching
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -79,11 +79,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config = _CONFIG.value
   config_checks.check(config)
-  if config.task.name in tasks.IMAGE_TASKS:
-    raise app.UsageError(
-        f'the bench times translation tasks; task.name={config.task.name!r} '
-        f'is an image task: python -m bpd_jax.evaluate reports its time per '
-        f'image and speedups.')
+  tasks.require_kind(config, 'text', job='bench')
   workdir = _WORKDIR.value
   if _INIT.value == 'checkpoint' and not os.path.isdir(
       os.path.join(workdir, 'checkpoints')):

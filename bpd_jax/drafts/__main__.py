@@ -32,15 +32,15 @@ import tabulate
 from ml_collections import config_flags
 
 from bpd_jax import generate
+from bpd_jax import tasks
 from bpd_jax import train
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
 from bpd_jax.drafts import analysis
 from bpd_jax.drafts import checks
 from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
 from bpd_jax.rescorers import ngram
 from bpd_jax.drafts import plots
+from bpd_jax.tasks import batching
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg).')
@@ -77,10 +77,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config = _CONFIG.value
-  if config.task.name in tasks.IMAGE_TASKS:
-    raise app.UsageError(
-        f'the draft job analyses text tasks; task.name='
-        f'{config.task.name!r} is an image task.')
+  tasks.require_kind(config, 'text', job='drafts')
   workdir = _WORKDIR.value
   if _INIT.value == 'checkpoint' and not os.path.isdir(
       os.path.join(workdir, 'checkpoints')):

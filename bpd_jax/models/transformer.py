@@ -17,6 +17,8 @@ the sequence length, as generating a 32x32x3 image (3,072 positions) needs.
 
 Token ids are shared by source and target: `pad_id` pads, `eos_id` ends a
 sequence, `bos_id` starts the decoder input of the encoder-decoder.
+Position encodings (sinusoidal, learned, image raster codes) are in
+models/positions.py.
 """
 
 import dataclasses
@@ -28,8 +30,8 @@ from flax import nnx
 
 from bpd_jax.models import attention
 from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import positions as positions_lib
 
-POSITIONS = ('sinusoidal', 'learned', 'image')
 DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
 
 # The paper's WMT14 sizes (Vaswani et al. 2017 "base" and "big"), and small
@@ -62,10 +64,7 @@ class TransformerConfig:
     pre_norm: layer norm before each sublayer (and after the stack) rather
       than after each residual addition.
     positions: 'sinusoidal' or 'learned' position embeddings, or 'image':
-      sequences are images in raster order (row, column, channel), and a
-      position is encoded by where its pixel lies in the image (see
-      `image_positions`), so that encoder and decoder positions over the
-      same spot of a low- and a high-resolution image get matching codes.
+      codes of each position's pixel in its image (models/positions.py).
     max_source_len: longest source sequence the encoder accepts.
     max_target_len: most decoder positions (prompt, generated tokens and the
       k - 1 positions of a proposal block past the last one).
@@ -80,18 +79,8 @@ class TransformerConfig:
       query blocks of this length (see attention.LocalWindow).
     local_attention_memory: with local attention, the positions before its
       block that a query also sees.
-    source_image_side: with positions='image', the side of the (square)
-      source image; decoder-only models leave it 0.
-    target_image_side: with positions='image', the side of the target
-      image; decoder position p is the position that predicts pixel
-      intensity p of the target.
-    image_channels: with positions='image', intensities per pixel.
-    image_source_skip: with positions='image', the decoder input at each
-      position also gets an embedding of the input image's intensity under
-      that output pixel (same channel): the low-resolution image upsampled
-      by nearest neighbour. The paper's model conditions through
-      cross-attention alone; this shortcut lets a small model on a CPU
-      learn super-resolution in minutes rather than days.
+    image: the images of positions='image' (sides, channels, input skip);
+      None with any other positions.
     pad_id: padding token id.
     eos_id: end-of-sequence token id.
     bos_id: first decoder input of the encoder-decoder.
@@ -117,10 +106,7 @@ class TransformerConfig:
   head1_from_base: bool = True
   local_attention_block: int = 0
   local_attention_memory: int = 0
-  source_image_side: int = 0
-  target_image_side: int = 0
-  image_channels: int = 3
-  image_source_skip: bool = False
+  image: positions_lib.ImagePositions | None = None
   pad_id: int = 0
   eos_id: int = 1
   bos_id: int = 2
@@ -144,8 +130,9 @@ class TransformerConfig:
           f'num_heads={self.num_heads}.')
     check(0.0 <= self.dropout_rate < 1.0,
           f'dropout_rate={self.dropout_rate} must be in [0, 1).')
-    check(self.positions in POSITIONS,
-          f'positions={self.positions!r} is not one of {POSITIONS}.')
+    check(self.positions in positions_lib.POSITIONS,
+          f'positions={self.positions!r} is not one of '
+          f'{positions_lib.POSITIONS}.')
     check(self.head_layer in heads_lib.HEAD_LAYERS,
           f'head_layer={self.head_layer!r} is not one of '
           f'{heads_lib.HEAD_LAYERS}.')
@@ -165,23 +152,13 @@ class TransformerConfig:
     check(self.local_attention_block or not self.local_attention_memory,
           f'local_attention_memory={self.local_attention_memory} needs local '
           f'attention: set local_attention_block > 0.')
-    if self.positions == 'image':
-      sides = {}
-      if self.is_encoder_decoder:
-        sides['source_image_side'] = self.source_image_side
-      sides.update(target_image_side=self.target_image_side,
-                   image_channels=self.image_channels)
-      for name, value in sides.items():
-        check(isinstance(value, int) and value >= 1,
-              f'{name}={value!r} must be an integer >= 1 with '
-              f'positions=\'image\'.')
-      check(self.d_model % 4 == 0,
-            f'd_model={self.d_model} must be a multiple of 4 with '
-            f'positions=\'image\' (row and column codes of d_model / 2).')
-    check(not self.image_source_skip or (
-        self.positions == 'image' and self.is_encoder_decoder),
-          'image_source_skip needs positions=\'image\' and an encoder '
-          '(num_encoder_layers > 0).')
+    check((self.positions == 'image') == (self.image is not None),
+          f'positions={self.positions!r} and image={self.image!r}: '
+          f'positions=\'image\' needs image (an ImagePositions), and '
+          f'image needs positions=\'image\'.')
+    problems = self.image.problems(self.is_encoder_decoder, self.d_model
+                                   ) if self.image is not None else []
+    check(not problems, problems[0] if problems else '')
     ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
     for name, value in ids.items():
       check(0 <= value < self.vocab_size,
@@ -221,13 +198,13 @@ class DecodeCache:
       [batch, source_length, heads, head_dim]; empty for decoder-only models.
     memory_valid: [batch, source_length] bool, False at source padding;
       None for decoder-only models.
-    source: [batch, source_length] the source tokens, kept for
-      `image_source_skip`; None otherwise.
+    skip_source: [batch, source_length] the source tokens the image input
+      skip reads at every step (config.image.source_skip); None otherwise.
   """
   self_attention: tuple[attention.KVCache, ...]
   memory: tuple[attention.KVCache, ...]
   memory_valid: jax.Array | None
-  source: jax.Array | None = None
+  skip_source: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -247,43 +224,6 @@ class DecodingWeights:
   vocab: jax.Array
   scoring: heads_lib.HeadWeights
   proposals: heads_lib.HeadWeights | None
-
-
-def sinusoidal_positions(positions: jax.Array, width: int,
-                         dtype=jnp.float32) -> jax.Array:
-  """[..., width] sine/cosine encodings (Vaswani et al.) of positions.
-
-  Positions are usually ints; `image_positions` passes float coordinates.
-  """
-  half = width // 2
-  rates = jnp.exp(-math.log(10_000.0) * jnp.arange(half, dtype=dtype)
-                  / max(half - 1, 1))
-  angles = positions[..., None].astype(dtype) * rates
-  enc = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
-  return jnp.pad(enc, [(0, 0)] * positions.ndim + [(0, width - 2 * half)])
-
-
-def image_positions(positions: jax.Array, side: int, channels: int,
-                    width: int, dtype=jnp.float32) -> jax.Array:
-  """[..., width] codes of raster positions by their pixel's place.
-
-  Position p is pixel p // channels of a side x side image, at row r and
-  column c. Its code is the sinusoidal encoding of the pixel centre's row
-  coordinate (r + 0.5) * 64 / side in the first half of the width, and of
-  its column coordinate in the second half: coordinates in units of 1/64 of
-  the image, whatever its resolution, so the centre of an 8x8 input pixel
-  and the centres of the 4x4 output pixels over it get near codes. The
-  channel is left to a learned embedding (the model adds it). Positions
-  past the image (a decoder's padding) continue the rows below it.
-  """
-  pixel = positions // channels
-  scale = 64.0 / side
-  row = (pixel // side).astype(dtype) + 0.5
-  column = (pixel % side).astype(dtype) + 0.5
-  half = width // 2
-  return jnp.concatenate(
-      [sinusoidal_positions(row * scale, half, dtype),
-       sinusoidal_positions(column * scale, half, dtype)], axis=-1)
 
 
 class FeedForward(nnx.Module):
@@ -384,10 +324,10 @@ class Transformer(nnx.Module):
       self.target_positions = embed(config.max_target_len)
       if config.is_encoder_decoder:
         self.source_positions = embed(config.max_source_len)
-    if config.positions == 'image':
-      self.channel_embed = embed(config.image_channels)
-    if config.image_source_skip:
-      self.skip_embed = embed(config.vocab_size)
+    if config.image is not None:
+      self.channel_embed = embed(config.image.channels)
+      if config.image.source_skip:
+        self.skip_embed = embed(config.vocab_size)
     self.embed_dropout = nnx.Dropout(config.dropout_rate)
     self.encoder_layers = nnx.List(
         [EncoderLayer(config, rngs=rngs)
@@ -415,7 +355,7 @@ class Transformer(nnx.Module):
     """[b, n] tokens at [b, n] positions -> [b, n, d_model].
 
     `source_tokens` [b, source_length]: the source, for the decoder's
-    image_source_skip.
+    image input skip.
     """
     config = self.config
     table = self.target_embed
@@ -425,33 +365,19 @@ class Transformer(nnx.Module):
     if config.positions == 'learned':
       x = x + (self.source_positions if source else
                self.target_positions)(positions)
-    elif config.positions == 'image':
-      side = config.source_image_side if source else config.target_image_side
-      x = x + image_positions(positions, side, config.image_channels,
-                              config.d_model, x.dtype)
-      x = x + self.channel_embed(positions % config.image_channels)
-      if config.image_source_skip and not source:
+    elif config.image is not None:
+      image = config.image
+      side = image.source_side if source else image.target_side
+      x = x + positions_lib.raster_codes(positions, side, image.channels,
+                                         config.d_model, x.dtype)
+      x = x + self.channel_embed(positions % image.channels)
+      if image.source_skip and not source:
         x = x + self.skip_embed(jnp.take_along_axis(
-            source_tokens, self._source_under(positions), axis=1))
+            source_tokens, positions_lib.source_under(positions, image),
+            axis=1))
     else:
-      x = x + sinusoidal_positions(positions, config.d_model, x.dtype)
+      x = x + positions_lib.sinusoidal(positions, config.d_model, x.dtype)
     return _dropout(self.embed_dropout, x, dropout_rngs)
-
-  def _source_under(self, positions: jax.Array) -> jax.Array:
-    """Source positions of the input intensity under each output position.
-
-    Output position p predicts intensity p of the target image (pixel
-    p // channels, channel p % channels); the source position holds the
-    same channel of the input pixel that covers it. Positions past the
-    target image (decoding padding) take its last row.
-    """
-    config = self.config
-    channels, high = config.image_channels, config.target_image_side
-    low = config.source_image_side
-    pixel = positions // channels
-    row = jnp.minimum(pixel // high, high - 1) * low // high
-    column = pixel % high * low // high
-    return (row * low + column) * channels + positions % channels
 
   def head_logits(self, hidden: jax.Array, first: int, count: int):
     """Logits of heads first+1 .. first+count from decoder outputs.
@@ -571,8 +497,9 @@ class Transformer(nnx.Module):
                                 config.d_model // config.num_heads,
                                 _dtype(config.dtype))
         for _ in self.decoder_layers)
+    skip = config.image is not None and config.image.source_skip
     return DecodeCache(self_attention, memory or (), memory_valid,
-                       source if config.image_source_skip else None)
+                       source if skip else None)
 
   def extend(self, cache: DecodeCache, tokens: jax.Array,
              start: jax.Array) -> tuple[jax.Array, DecodeCache]:
@@ -594,7 +521,7 @@ class Transformer(nnx.Module):
 
     hidden, layer_caches = self._decode(
         tokens, positions, cache.memory or None, cache.memory_valid, None,
-        self_attend, cache.source)
+        self_attend, cache.skip_source)
     return hidden, dataclasses.replace(cache,
                                        self_attention=tuple(layer_caches))
 

@@ -5,7 +5,7 @@ The natural colour photos shipped inside scikit-image's wheel
 crops at several scales: a crop at scale f is a high_res x high_res window
 of the photo area-downsampled by f (an f*high_res square of the photo), so
 one photo yields fine texture (f = 1) and whole objects (f = 8). The input
-is the crop downsampled by area to low_res (images.super_resolution_pair).
+is the crop downsampled by area to low_res (tokens.super_resolution_pair).
 
 Splits are disjoint by photo (PHOTOS): no validation or test crop shares a
 pixel with a training crop. The two portraits are held out, so that
@@ -16,6 +16,14 @@ scale's grid (its offsets in the photo are multiples of f). A pixel of the
 downsampled photo is the rounded mean of an f x f block, so the slice equals
 downsampling the photo's crop itself: one rounding, no pyramid error.
 20,000 crops take well under a second.
+
+The 'embedded_images' task's section, besides the image fields of
+images/task.py:
+  sizes: {split: number of crops}, splits of 'train', 'validation', 'test'
+    (each split its own photos); 'train' is needed.
+  scales: optional, the photos' downsampling factors crops are cut at
+    (default (1, 2, 4, 8)).
+  seed: optional, the crops' seed (default 0).
 """
 
 import functools
@@ -23,7 +31,9 @@ import os
 
 import numpy as np
 
-from bpd_jax.data import images as images_lib
+from bpd_jax.tasks import spec
+from bpd_jax.tasks.images import task as task_lib
+from bpd_jax.tasks.images import tokens as images_lib
 
 SPLITS = ('train', 'validation', 'test')
 # Photo name -> (package, file). Natural colour photos only: no drawings,
@@ -130,3 +140,44 @@ def crops(split: str, count: int, high_res: int, low_res: int,
   low, high = images_lib.super_resolution_pair(high, high_res, low_res)
   low.flags.writeable = high.flags.writeable = False
   return low, high
+
+
+def _check_section(task) -> None:
+  task_lib.shapes(task)
+  sizes = dict(task.sizes)
+  if 'train' not in sizes:
+    raise ValueError(f'task.sizes={sizes} must have a "train" entry.')
+  unknown = set(sizes) - set(SPLITS)
+  if unknown:
+    raise ValueError(f'task.sizes has splits {sorted(unknown)}: only splits '
+                     f'of {SPLITS} (the photos are split, not the crops).')
+  for split, count in sizes.items():
+    if not isinstance(count, int) or count < 1:
+      raise ValueError(f'task.sizes[{split!r}]={count!r} must be an '
+                       f'integer >= 1.')
+  scales = tuple(task.get('scales', DEFAULT_SCALES))
+  if not scales or not all(isinstance(s, int) and s >= 1 for s in scales):
+    raise ValueError(f'task.scales={scales} must be integers >= 1.')
+
+
+def _check(config) -> None:
+  _check_section(config.task)
+  task_lib.check_lengths_and_eval(config)
+
+
+def _load(config, workdir: str,
+          train_vocab: bool = True) -> task_lib.ImageTask:
+  """Crops cut on first use of a split; nothing read from the workdir."""
+  del workdir, train_vocab  # Photos ship with the packages; no vocabulary.
+  _check_section(config)
+  high_res, low_res = config.high_res, config.low_res
+  scales = tuple(config.get('scales', DEFAULT_SCALES))
+  seed = config.get('seed', 0)
+  readers = {split: (lambda split=split, count=count: crops(
+      split, count, high_res, low_res, scales, seed))
+             for split, count in config.sizes.items()}
+  return task_lib.ImageTask(*task_lib.shapes(config), readers)
+
+
+SPEC = spec.TaskSpec(name='embedded_images', kind='image', load=_load,
+                     check=_check)

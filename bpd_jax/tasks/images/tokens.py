@@ -3,7 +3,7 @@
 An image [H, W, C] of uint8 intensities is the sequence of its H*W*C channel
 intensities in raster order (row, then column, then channel: the Image
 Transformer's order), each intensity v written as id v + INTENSITY_OFFSET.
-Ids 0, 1, 2 stay pad, eos and bos (vocab.PAD_ID, EOS_ID, BOS_ID), so the
+Ids 0, 1, 2 stay pad, eos and bos (tasks/token_ids.py), so the
 training loop, batching and losses work on images unchanged, and the
 distance between two intensity ids is the distance between the intensities
 (what the distance verification criterion |a - b| <= eps relies on).
@@ -22,7 +22,7 @@ ours 0.3 ms. The tests check that ours equals resize_local_mean, rounded.
 
 import numpy as np
 
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import token_ids
 
 INTENSITY_OFFSET = 3  # Id of intensity v: v + 3 (after pad, eos, bos).
 NUM_INTENSITIES = 256
@@ -36,7 +36,7 @@ class ImageVocabulary:
   Not a text vocabulary (there is no text to encode); it gives what a model
   config and the training loop read: vocab_size and the special ids.
   """
-  pad_id, eos_id, bos_id = vocab_lib.PAD_ID, vocab_lib.EOS_ID, vocab_lib.BOS_ID
+  pad_id, eos_id, bos_id = token_ids.PAD_ID, token_ids.EOS_ID, token_ids.BOS_ID
   intensity_offset = INTENSITY_OFFSET
 
   @property

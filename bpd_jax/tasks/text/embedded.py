@@ -47,6 +47,10 @@ Splits. Each split samples sentences from its own fixed seed, and each
 distinct source sentence belongs to exactly one split, picked by a checksum
 of its text (80% train, 10% validation, 10% test), so the splits are disjoint
 at any size and no source sentence repeats within a split.
+
+The 'embedded' task (SPEC below) serves these pairs with a word vocabulary
+(words()); its section has, besides name, max_source_len and
+max_target_len, only sizes: {split: number of pairs}.
 """
 
 import functools
@@ -56,6 +60,10 @@ import zlib
 from collections.abc import Container, Iterator, Sequence
 
 import numpy as np
+
+from bpd_jax.tasks import spec
+from bpd_jax.tasks.text import task as task_lib
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 SPLITS = {'train': 50_000, 'validation': 1_000, 'test': 1_000}
 
@@ -582,3 +590,15 @@ def translate(source: str) -> str:
     if word not in _SOURCE_WORDS:
       raise ValueError(f'unknown source word {word!r} in {source!r}.')
   return ' '.join(_target_words(_Parser(source).sentence()))
+
+
+def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.TextTask:
+  """task.sizes: {split: number of pairs}; no file, no trained vocabulary."""
+  del workdir, train_vocab  # Generated and fixed: nothing to read or train.
+  splits = {split: examples(split, size)
+            for split, size in config.sizes.items()}
+  return task_lib.TextTask(vocab_lib.WordVocabulary(words()), splits)
+
+
+# Its one field, task.sizes, is checked by examples() as the task loads.
+SPEC = spec.TaskSpec(name='embedded', kind='text', load=_load)

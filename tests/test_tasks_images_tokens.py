@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from skimage import transform
 
-from bpd_jax.data import images
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.images import tokens as image_tokens
 
 
 def random_images(shape, seed=0):
@@ -14,38 +14,38 @@ def random_images(shape, seed=0):
 
 def test_tokens_are_raster_order_intensities_plus_three():
   image = random_images((4, 5, 3))
-  tokens = images.to_tokens(image)
+  tokens = image_tokens.to_tokens(image)
   assert tokens.dtype == np.int32 and tokens.shape == (60,)
   row, col, channel = 2, 3, 1
   assert tokens[(row * 5 + col) * 3 + channel] == image[row, col, channel] + 3
   batch = random_images((2, 7, 4, 5, 3))
-  assert images.to_tokens(batch).shape == (2, 7, 60)
+  assert image_tokens.to_tokens(batch).shape == (2, 7, 60)
   np.testing.assert_array_equal(
-      images.from_tokens(images.to_tokens(batch), (4, 5, 3)), batch)
+      image_tokens.from_tokens(image_tokens.to_tokens(batch), (4, 5, 3)), batch)
 
 
 def test_token_distance_is_intensity_distance():
   a, b = random_images((8, 8, 3), 1), random_images((8, 8, 3), 2)
   np.testing.assert_array_equal(
-      np.abs(images.to_tokens(a) - images.to_tokens(b)),
+      np.abs(image_tokens.to_tokens(a) - image_tokens.to_tokens(b)),
       np.abs(a.astype(int) - b.astype(int)).reshape(-1))
 
 
 def test_vocabulary_keeps_the_special_ids():
-  vocab = images.ImageVocabulary()
-  assert vocab.vocab_size == images.VOCAB_SIZE == 259
+  vocab = image_tokens.ImageVocabulary()
+  assert vocab.vocab_size == image_tokens.VOCAB_SIZE == 259
   assert (vocab.pad_id, vocab.eos_id, vocab.bos_id) == (
-      vocab_lib.PAD_ID, vocab_lib.EOS_ID, vocab_lib.BOS_ID)
-  assert images.to_tokens(np.zeros((1, 1, 1), np.uint8))[0] == 3
-  assert images.to_tokens(np.full((1, 1, 1), 255, np.uint8))[0] == 258
+      token_ids.PAD_ID, token_ids.EOS_ID, token_ids.BOS_ID)
+  assert image_tokens.to_tokens(np.zeros((1, 1, 1), np.uint8))[0] == 3
+  assert image_tokens.to_tokens(np.full((1, 1, 1), 255, np.uint8))[0] == 258
 
 
 def test_special_ids_become_black_and_are_counted():
-  tokens = np.array([[3, 258, vocab_lib.EOS_ID, vocab_lib.PAD_ID],
+  tokens = np.array([[3, 258, token_ids.EOS_ID, token_ids.PAD_ID],
                      [4, 5, 6, 7]])
-  out = images.from_tokens(tokens, (2, 2, 1))
+  out = image_tokens.from_tokens(tokens, (2, 2, 1))
   np.testing.assert_array_equal(out[0, :, :, 0], [[0, 255], [0, 0]])
-  np.testing.assert_array_equal(images.count_special(tokens), [2, 0])
+  np.testing.assert_array_equal(image_tokens.count_special(tokens), [2, 0])
 
 
 @pytest.mark.parametrize('tokens,shape,message', [
@@ -56,19 +56,19 @@ def test_special_ids_become_black_and_are_counted():
 ])
 def test_from_tokens_errors(tokens, shape, message):
   with pytest.raises(ValueError, match=message):
-    images.from_tokens(tokens, shape)
+    image_tokens.from_tokens(tokens, shape)
 
 
 def test_to_tokens_needs_uint8_images():
   with pytest.raises(ValueError, match='must be uint8'):
-    images.to_tokens(np.zeros((2, 2, 3), np.float32))
+    image_tokens.to_tokens(np.zeros((2, 2, 3), np.float32))
 
 
 def test_center_crop_is_the_central_square():
   image = random_images((218, 178, 3))
-  np.testing.assert_array_equal(images.center_crop(image), image[20:198])
+  np.testing.assert_array_equal(image_tokens.center_crop(image), image[20:198])
   wide = random_images((2, 5, 8, 3))
-  np.testing.assert_array_equal(images.center_crop(wide), wide[:, :, 1:6])
+  np.testing.assert_array_equal(image_tokens.center_crop(wide), wide[:, :, 1:6])
 
 
 def skimage_area(image, size):
@@ -82,37 +82,37 @@ def skimage_area(image, size):
                                         ((32, 32, 3), 8 - 1)])
 def test_downsample_is_the_area_mean(shape, size):
   image = random_images(shape)
-  out = images.downsample(image, size)
+  out = image_tokens.downsample(image, size)
   assert out.shape == (size, size, 3) and out.dtype == np.uint8
   np.testing.assert_array_equal(out, skimage_area(image, size))
   batch = np.stack([image, 255 - image])
-  np.testing.assert_array_equal(images.downsample(batch, size)[0], out)
+  np.testing.assert_array_equal(image_tokens.downsample(batch, size)[0], out)
 
 
 def test_downsample_integer_factor_is_exact_block_mean():
   image = random_images((16, 16, 3))
   blocks = image.reshape(4, 4, 4, 4, 3).astype(np.float64).mean(axis=(1, 3))
-  np.testing.assert_array_equal(images.downsample(image, 4), np.rint(blocks))
+  np.testing.assert_array_equal(image_tokens.downsample(image, 4), np.rint(blocks))
   flat = np.full((2, 178, 178, 3), 77, np.uint8)
-  assert (images.downsample(flat, 32) == 77).all()
+  assert (image_tokens.downsample(flat, 32) == 77).all()
 
 
 def test_area_weights_rows_sum_to_one():
-  weights = images.area_weights(178, 32)
+  weights = image_tokens.area_weights(178, 32)
   np.testing.assert_allclose(weights.sum(axis=1), 1.0)
   np.testing.assert_allclose(weights.sum(axis=0), 32 / 178)
 
 
 def test_downsample_only_shrinks():
   with pytest.raises(ValueError, match=r'8x8 images to 9x9'):
-    images.downsample(random_images((8, 8, 3)), 9)
+    image_tokens.downsample(random_images((8, 8, 3)), 9)
 
 
 def test_super_resolution_pair():
-  low, high = images.super_resolution_pair(random_images((3, 64, 64, 3)), 16,
+  low, high = image_tokens.super_resolution_pair(random_images((3, 64, 64, 3)), 16,
                                            4)
   assert low.shape == (3, 4, 4, 3) and high.shape == (3, 16, 16, 3)
-  np.testing.assert_array_equal(low, images.downsample(high, 4))
+  np.testing.assert_array_equal(low, image_tokens.downsample(high, 4))
   with pytest.raises(ValueError, match='high_res=16 must be a multiple of '
                      'low_res=5'):
-    images.super_resolution_pair(random_images((1, 64, 64, 3)), 16, 5)
+    image_tokens.super_resolution_pair(random_images((1, 64, 64, 3)), 16, 5)

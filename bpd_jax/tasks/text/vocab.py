@@ -1,16 +1,20 @@
 """Vocabularies: text <-> token ids, with the ids the models reserve.
 
-Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (the defaults of
-TransformerConfig), so a model config needs only the vocabulary size.
+Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (tasks/token_ids.py,
+the defaults of TransformerConfig), so a model config needs only the
+vocabulary size. `sentencepiece_vocab` finds or trains a task's model.
 """
 
 import abc
 import os
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import sentencepiece as spm
+from absl import logging
 
-PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+from bpd_jax.tasks.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+VOCAB_TYPES = ('sentencepiece', 'words')
 SPECIAL_TOKENS = ('<pad>', '</s>', '<s>', '<unk>')
 
 
@@ -111,3 +115,45 @@ class SentencePieceVocabulary(Vocabulary):
 
   def _decode_ids(self, ids):
     return self._processor.decode(ids)
+
+
+def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
+                        sentences: Callable[[], list[str]]):
+  """The task's SentencePiece vocabulary: found, or trained and saved.
+
+  task.vocab_path, when set, names an existing model (e.g. the vocabulary of
+  the run that wrote a distilled corpus); otherwise WORKDIR/vocab.model is
+  used, and trained on `sentences()` when missing and `train_vocab`. With
+  several processes, process 0 trains it and the others wait for it (the
+  workdir must be shared, as it is for checkpoints).
+
+  Args:
+    config: the `task` section: vocab_size, optional vocab_path.
+    workdir: the run's directory.
+    train_vocab: train a missing vocabulary (the training job); False: a
+      missing one is an error (evaluation, distillation).
+    sentences: () -> the text to train on, called only when training.
+  """
+  model_path = config.get('vocab_path') or os.path.join(workdir,
+                                                        'vocab.model')
+  exists = os.path.exists(model_path)
+  if not exists and (config.get('vocab_path') or not train_vocab):
+    raise FileNotFoundError(
+        f'vocabulary {model_path} not found: the training job writes it '
+        f'(python -m bpd_jax.main --workdir=...); task.vocab_path names '
+        f'another run\'s.')
+  import jax  # Only here: the data modules need no devices otherwise.
+  from jax.experimental import multihost_utils
+  if not exists and jax.process_index() == 0:
+    text_ = sentences()
+    logging.info('Training a %d-piece SentencePiece vocabulary on %d '
+                 'sentences -> %s', config.vocab_size, len(text_), model_path)
+    SentencePieceVocabulary.train(text_, model_path, config.vocab_size)
+  if train_vocab and jax.process_count() > 1:
+    # Every process passes here (same files seen, same branch taken).
+    multihost_utils.sync_global_devices('bpd_jax vocabulary')
+  if not os.path.exists(model_path):
+    raise FileNotFoundError(
+        f'vocabulary {model_path} not found after process 0 trained it: '
+        f'the workdir must be shared by all processes.')
+  return SentencePieceVocabulary(model_path)

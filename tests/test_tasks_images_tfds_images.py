@@ -15,10 +15,10 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from bpd_jax.data import batching
-from bpd_jax.data import images
-from bpd_jax.data import tasks
-from bpd_jax.data import tfds_images
+from bpd_jax import tasks
+from bpd_jax.tasks import batching
+from bpd_jax.tasks.images import tfds_images
+from bpd_jax.tasks.images import tokens as image_tokens
 
 EXAMPLES = 12  # Per split (the mock ignores the split's real size).
 
@@ -57,16 +57,16 @@ def test_pipeline_from_tfds_to_batches(tmp_path, mock_celeba):
                                     dict(test='test'), 32)['test']
   image = source[3]
   assert image.shape == (218, 178, 3) and image.dtype == np.uint8
-  expected = images.downsample(image[20:198], 32)
+  expected = image_tokens.downsample(image[20:198], 32)
   np.testing.assert_array_equal(high[3], expected)
-  np.testing.assert_array_equal(low[3], images.downsample(expected, 8))
+  np.testing.assert_array_equal(low[3], image_tokens.downsample(expected, 8))
 
   encoded = task.encoded('train')
   source_ids, target_ids = encoded[0]
   assert len(source_ids) == 192 and len(target_ids) == 3072
   data = batching.TrainBatches(encoded, 4, 192, 3072, seed=0)
   assert data(1)['target'].shape == (4, 3072)
-  assert data(1)['target'].min() >= images.INTENSITY_OFFSET
+  assert data(1)['target'].min() >= image_tokens.INTENSITY_OFFSET
   # Token-count batches of this process's shard: one bucket, 3072 long.
   buckets = batching.BucketedBatches(task.train_examples(0, 1), (3072,),
                                      4 * 3072, 192, 3072, seed=0)

@@ -1,8 +1,11 @@
-"""The built-in translation corpus: splits, vocabulary and the rules."""
+"""The built-in translation corpus: splits, vocabulary, the rules, the task."""
 
+import ml_collections
 import pytest
 
-from bpd_jax.data import embedded
+from bpd_jax import tasks
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.text import embedded
 
 
 @pytest.fixture(scope='module')
@@ -168,3 +171,15 @@ def test_unknown_word():
 def test_outside_the_grammar(source):
   with pytest.raises(ValueError, match='not a sentence of the source grammar'):
     embedded.translate(source)
+
+
+def test_embedded_task():
+  config = ml_collections.ConfigDict(dict(
+      name='embedded', sizes=dict(train=50, validation=5)))
+  task = tasks.load_task(config, '/nonexistent')
+  assert len(task.pairs('train')) == 50 and len(task.pairs('validation')) == 5
+  source, target = task.encoded('train')[0]
+  assert source[-1] == target[-1] == token_ids.EOS_ID
+  assert token_ids.UNK_ID not in source + target
+  with pytest.raises(ValueError, match="split 'test' is not one of"):
+    task.pairs('test')

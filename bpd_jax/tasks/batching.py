@@ -17,14 +17,14 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import token_ids
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), eos-ended.
 
 
 def pad_rows(rows: Sequence[Sequence[int]], length: int) -> np.ndarray:
   """[len(rows), length] int32, right-padded with pad id 0."""
-  out = np.full((len(rows), length), vocab_lib.PAD_ID, np.int32)
+  out = np.full((len(rows), length), token_ids.PAD_ID, np.int32)
   for i, row in enumerate(rows):
     out[i, :len(row)] = row
   return out
@@ -112,7 +112,7 @@ def eval_batches(sources: Sequence[Sequence[int]], batch_size: int,
   for start in range(0, len(sources), batch_size):
     chunk = list(sources[start:start + batch_size])
     real = len(chunk)
-    chunk += [[vocab_lib.EOS_ID]] * (batch_size - real)
+    chunk += [[token_ids.EOS_ID]] * (batch_size - real)
     yield pad_rows(chunk, max_source_len), real
 
 
@@ -122,7 +122,7 @@ def truncate(sources: Sequence[Sequence[int]],
   out, cut = [], 0
   for source in sources:
     if len(source) > max_len:
-      source, cut = list(source[:max_len - 1]) + [vocab_lib.EOS_ID], cut + 1
+      source, cut = list(source[:max_len - 1]) + [token_ids.EOS_ID], cut + 1
     out.append(list(source))
   return out, cut
 

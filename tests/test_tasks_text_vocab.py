@@ -2,7 +2,7 @@
 
 import pytest
 
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 
 def test_word_vocabulary_round_trip():

@@ -3,27 +3,41 @@
 As the paper (after Parmar et al.'s Image Transformer): each CelebA image
 (218x178x3) is center-cropped to 178x178, area-downsampled to the high_res
 target (32x32), and the target area-downsampled to the low_res input (8x8,
-exact 4x4 block means); see bpd_jax.data.images.
+exact 4x4 block means); see tasks/images/tokens.py.
 
-Reading goes through `tfds.data_source` as in tfds_translation (the reasons
-are in its docstring). No TensorFlow is needed: TFDS parses the stored
+Reading goes through `tfds.data_source` as in text/tfds_translation.py (the
+reasons are in its docstring). No TensorFlow is needed: TFDS parses the stored
 tf.train.Example records with its own protobuf copies and decodes the JPEG
 bytes of an Image feature with Pillow (or OpenCV when installed), through
 `Image.decode_example_np`; the tests check that a serialized celeb_a record
 decodes with TensorFlow absent. Each process reads and preprocesses only
 its own contiguous shard of the training split, and saves it as .npz in the
 workdir, so a resumed run starts in seconds.
+
+The 'tfds_images' task's section, besides the image fields of
+images/task.py:
+  dataset: TFDS name, 'celeb_a'.
+  data_dir: where `tfds build celeb_a --file_format=array_record` put it.
+  splits: {our split: TFDS split}, must include 'train'; a slice such as
+    'test[:256]' reads fewer (TFDS mock data ignores slices).
+  mock_examples: 0, or N: TFDS mock data of N random images a split (no
+    data dir needed), to try the pipeline without the dataset.
 """
 
 import contextlib
 import os
+import re
 from collections.abc import Mapping
 
 import numpy as np
 from absl import logging
 
-from bpd_jax.data import images as images_lib
-from bpd_jax.data import tfds_translation
+from bpd_jax.tasks import host_shards
+from bpd_jax.tasks import spec
+from bpd_jax.tasks import tfds_builders
+from bpd_jax.tasks.checks import at_least, needs_train_split
+from bpd_jax.tasks.images import task as task_lib
+from bpd_jax.tasks.images import tokens as images_lib
 
 _READ_CHUNK = 1_000  # Images read and downsampled at a time.
 
@@ -54,9 +68,9 @@ def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
                                  policy=tfds.testing.MockPolicy.USE_CODE)
           if mock_examples else contextlib.nullcontext())
   with mock:  # The sources opened inside keep serving mock data after it.
-    builder = tfds_translation.open_builder(dataset, data_dir,
-                                            check_dir=not mock_examples)
-    tfds_translation.check_splits(builder, list(splits.values()))
+    builder = tfds_builders.open_builder(dataset, data_dir,
+                                         check_dir=not mock_examples)
+    tfds_builders.check_splits(builder, list(splits.values()))
     features = builder.info.features
     if feature not in features:
       raise ValueError(f'{dataset} has no {feature!r} feature; features: '
@@ -114,8 +128,8 @@ def preprocessed(source: ImageSource, high_res: int, low_res: int,
   if cache_path and os.path.exists(cache_path):
     with np.load(cache_path) as arrays:
       return arrays['low'], arrays['high']
-  start, end = tfds_translation.shard_bounds(len(source), process_index,
-                                             process_count)
+  start, end = host_shards.shard_bounds(len(source), process_index,
+                                        process_count)
   logging.info('Preprocessing images %d..%d of %s (process %d of %d).',
                start, end, source.split, process_index, process_count)
   parts = []
@@ -135,3 +149,47 @@ def preprocessed(source: ImageSource, high_res: int, low_res: int,
     np.savez(partial, low=low, high=high)
     os.replace(partial, cache_path)
   return low, high
+
+
+def _check_section(task) -> None:
+  task_lib.shapes(task)
+  needs_train_split(task, 'the training pairs come from it')
+  if not isinstance(task.dataset, str) or not task.dataset:
+    raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS name, '
+                     f'e.g. "celeb_a".')
+  at_least(task, 'task', mock_examples=0)
+
+
+def _check(config) -> None:
+  _check_section(config.task)
+  task_lib.check_lengths_and_eval(config)
+
+
+def _load(config, workdir: str,
+          train_vocab: bool = True) -> task_lib.ImageTask:
+  """Splits opened; each read (and cached in WORKDIR/data/) on first use."""
+  del train_vocab  # Intensities need no vocabulary.
+  _check_section(config)
+  image_shape, low_res_shape = task_lib.shapes(config)
+  mock_examples = config.get('mock_examples', 0)
+  high_res, low_res = config.high_res, config.low_res
+  sources = open_sources(config.dataset, config.data_dir, config.splits,
+                         high_res, mock_examples)
+
+  def read(split, process_index=0, process_count=1):
+    source = sources[split]
+    name = re.sub(r'[^\w.-]+', '_', f'{config.dataset}'
+                  f'{f".mock{mock_examples}" if mock_examples else ""}'
+                  f'.{source.split}.{high_res}from{low_res}')
+    cache = os.path.join(workdir, 'data', f'{name}.{process_index}-of-'
+                         f'{process_count}.npz')
+    return preprocessed(source, high_res, low_res, process_index,
+                        process_count, cache)
+
+  readers = {split: (lambda split=split: read(split)) for split in sources}
+  return task_lib.ImageTask(image_shape, low_res_shape, readers,
+                            lambda index, count: read('train', index, count))
+
+
+SPEC = spec.TaskSpec(name='tfds_images', kind='image', load=_load,
+                     check=_check)

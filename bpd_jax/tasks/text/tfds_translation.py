@@ -2,7 +2,7 @@
 
 The input library is `tfds.data_source` (random access to the ArrayRecord
 files that `tfds build --file_format=array_record` writes) with the
-project's own numpy batching (data/batching.py), rather than tf.data or
+project's own numpy batching (tasks/batching.py), rather than tf.data or
 Grain, for these measured reasons:
 - tf.data needs TensorFlow: tensorflow-cpu adds 1.4 GB to the 780 MB of
   JAX, Flax, Optax and Orbax (measured with pip on this machine), and a
@@ -20,6 +20,18 @@ Grain, for these measured reasons:
   it in the workdir (WORKDIR/data/) so that a resumed run starts in
   seconds.
 
+The 'tfds_translation' task's section, besides name, max_source_len and
+max_target_len:
+  dataset: TFDS 'name/config', e.g. 'wmt14_translate/de-en'.
+  data_dir: where `tfds build` prepared it.
+  splits: {our split: TFDS split}, must include 'train'.
+  source_lang, target_lang: the features of the two sentences.
+  vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
+    trained on vocab_sample seeded training pairs (saved in the workdir,
+    reused on resume), or an existing model.
+  mock_examples: 0, or N: TFDS mock data of N random pairs a split.
+Training reads it in token-count batches (train.tokens_per_batch > 0).
+
 Each process reads only its own contiguous shard of the training split
 (jax.process_index() of jax.process_count()); eval splits (newstest2013 is
 'validation', newstest2014 'test' in wmt14_translate) are small and read
@@ -30,34 +42,21 @@ split name raises before any reading or training starts.
 import contextlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 from absl import logging
 
-from bpd_jax.data import batching
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax.tasks import batching
+from bpd_jax.tasks import host_shards
+from bpd_jax.tasks import spec
+from bpd_jax.tasks import tfds_builders
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.checks import at_least, needs_train_split
+from bpd_jax.tasks.text import task as task_lib
+from bpd_jax.tasks.text import vocab as vocab_lib
 
-# Splits of a dataset whose prepared info is not at hand (TFDS mock data).
-STANDARD_SPLITS = ('train', 'validation', 'test')
 _READ_CHUNK = 10_000  # Pairs read and encoded at a time.
-
-
-def _tfds():
-  """tensorflow_datasets, with the translation builders registered.
-
-  Without h5py the builder registry stops importing early and
-  'wmt14_translate' is "not found"; importing the translate package
-  registers it (measured).
-  """
-  import tensorflow_datasets as tfds
-  import tensorflow_datasets.translate  # noqa: F401  (registers wmt*)
-  return tfds
-
-
-def build_command(dataset: str, data_dir: str) -> str:
-  return (f'tfds build {dataset} --data_dir={data_dir} '
-          f'--file_format=array_record')
 
 
 def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
@@ -80,52 +79,17 @@ def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
       prepared there (the message gives the `tfds build` command).
     ValueError: no such TFDS dataset, builder config or split.
   """
-  tfds = _tfds()
+  tfds = tfds_builders.import_tfds()
   data_dir = os.path.expanduser(data_dir)
   mock = (tfds.testing.mock_data(num_examples=mock_examples,
                                  policy=tfds.testing.MockPolicy.USE_CODE)
           if mock_examples else contextlib.nullcontext())
   with mock:  # The sources opened inside keep serving mock data after it.
-    builder = open_builder(dataset, data_dir, check_dir=not mock_examples)
-    check_splits(builder, list(splits.values()))
+    builder = tfds_builders.open_builder(dataset, data_dir,
+                                         check_dir=not mock_examples)
+    tfds_builders.check_splits(builder, list(splits.values()))
     return {name: PairSource(builder, split, source_lang, target_lang)
             for name, split in splits.items()}
-
-
-def open_builder(dataset: str, data_dir: str, check_dir: bool = True):
-  """The TFDS builder of `dataset` ('name/config'), prepared in `data_dir`.
-
-  Raises:
-    FileNotFoundError: data_dir does not exist, or the dataset is not
-      prepared there (the message gives the `tfds build` command).
-    ValueError: no such TFDS dataset or builder config.
-  """
-  if check_dir and (not data_dir or not os.path.isdir(data_dir)):
-    raise FileNotFoundError(
-        f'TFDS data dir task.data_dir={data_dir!r} does not exist. Prepare '
-        f'the data there first: {build_command(dataset, data_dir or "DIR")}')
-  tfds = _tfds()
-  try:
-    builder = tfds.builder(dataset, data_dir=data_dir)
-  except (tfds.core.registered.DatasetNotFoundError, ValueError) as error:
-    first_line = str(error).splitlines()[0]
-    raise ValueError(f'task.dataset={dataset!r} is not a TFDS dataset: '
-                     f'{first_line}') from None
-  prepared = os.path.join(data_dir, builder.info.full_name)
-  if check_dir and not os.path.isdir(prepared):
-    raise FileNotFoundError(
-        f'{dataset} is not prepared in {data_dir} (no {prepared}). Prepare '
-        f'it with: {build_command(dataset, data_dir)}')
-  return builder
-
-
-def check_splits(builder, splits: Sequence[str]) -> None:
-  """Raises ValueError for a split the dataset does not have."""
-  known = tuple(builder.info.splits) or STANDARD_SPLITS
-  for split in splits:
-    if re.sub(r'\[.*\]$', '', split) not in known:
-      raise ValueError(f'split {split!r} is not one of {builder.name}\'s '
-                       f'splits {known}.')
 
 
 def _text(value) -> str:
@@ -168,13 +132,6 @@ class PairSource:
             for sentence in pair]
 
 
-def shard_bounds(size: int, process_index: int,
-                 process_count: int) -> tuple[int, int]:
-  """[start, end) of a process's contiguous share of `size` examples."""
-  return (size * process_index // process_count,
-          size * (process_index + 1) // process_count)
-
-
 def encoded_shard(source: PairSource, vocab, process_index: int,
                   process_count: int,
                   cache_path: str | None = None) -> batching.EncodedPairs:
@@ -185,10 +142,10 @@ def encoded_shard(source: PairSource, vocab, process_index: int,
   """
   if cache_path and os.path.exists(cache_path):
     return batching.EncodedPairs.load(cache_path)
-  start, end = shard_bounds(len(source), process_index, process_count)
+  start, end = host_shards.shard_bounds(len(source), process_index, process_count)
   logging.info('Encoding pairs %d..%d of %s (process %d of %d).', start, end,
                source.split, process_index, process_count)
-  eos = [vocab_lib.EOS_ID]
+  eos = [token_ids.EOS_ID]
   parts = []
   for first in range(start, end, _READ_CHUNK):
     pairs = source.pairs(range(first, min(first + _READ_CHUNK, end)))
@@ -203,3 +160,47 @@ def encoded_shard(source: PairSource, vocab, process_index: int,
     os.makedirs(os.path.dirname(cache_path), exist_ok=True)
     shard.save(cache_path)
   return shard
+
+
+def _check_section(task) -> None:
+  needs_train_split(task, 'the vocabulary and training pairs come from it')
+  if not isinstance(task.dataset, str) or task.dataset.count('/') != 1:
+    raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS '
+                     f'"name/config", e.g. "wmt14_translate/de-en".')
+  at_least(task, 'task', vocab_size=8, vocab_sample=0)
+
+
+def _check(config) -> None:
+  _check_section(config.task)
+  if not config.train.get('tokens_per_batch', 0):
+    raise ValueError('task.name=\'tfds_translation\' reads a shard per '
+                     'process and needs token-count batches: set '
+                     'train.tokens_per_batch > 0.')
+
+
+def _load(config, workdir: str,
+          train_vocab: bool = True) -> task_lib.TextTask:
+  """Sources opened (nothing read yet); the vocabulary found or trained."""
+  _check_section(config)
+  sources = open_sources(
+      config.dataset, config.data_dir, config.splits, config.source_lang,
+      config.target_lang, config.get('mock_examples', 0))
+  train = sources['train']
+  vocab = vocab_lib.sentencepiece_vocab(
+      config, workdir, train_vocab,
+      lambda: train.sample_sentences(config.vocab_sample, seed=0))
+
+  def train_shard(process_index, process_count):
+    name = re.sub(r'[^\w.-]+', '_', f'{config.dataset}'
+                  f'{".mock" if config.get("mock_examples", 0) else ""}'
+                  f'.{train.split}')
+    cache = os.path.join(workdir, 'data', f'{name}.{process_index}-of-'
+                         f'{process_count}.npz')
+    return encoded_shard(train, vocab, process_index, process_count, cache)
+
+  readers = {split: source.pairs for split, source in sources.items()}
+  return task_lib.TextTask(vocab, task_lib.LazySplits(readers), train_shard)
+
+
+SPEC = spec.TaskSpec(name='tfds_translation', kind='text', load=_load,
+                     check=_check)

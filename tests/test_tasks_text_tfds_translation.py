@@ -13,10 +13,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bpd_jax import sharding
-from bpd_jax.data import batching
-from bpd_jax.data import tasks
-from bpd_jax.data import tfds_translation
-from bpd_jax.data import vocab as vocab_lib
+from bpd_jax import tasks
+from bpd_jax.tasks import batching
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 DATASET = 'wmt14_translate/de-en'
 EXAMPLES = 60  # Per split (the mock ignores the split's real size).
@@ -117,8 +116,3 @@ def test_unprepared_dataset_and_missing_vocabulary(tmp_path, mock_wmt):
   with pytest.raises(FileNotFoundError, match='vocab.model not found'):
     tasks.load_task(wmt_config(prepared_data_dir(tmp_path)),
                     str(tmp_path / 'work'), train_vocab=False)
-
-
-def test_shard_bounds_cover_every_example_once():
-  bounds = [tfds_translation.shard_bounds(10, p, 3) for p in range(3)]
-  assert bounds == [(0, 3), (3, 6), (6, 10)]

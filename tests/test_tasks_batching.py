@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bpd_jax.data import batching
+from bpd_jax.tasks import batching
 
 EXAMPLES = [([i + 4, 1], [i + 5, i + 6, 1]) for i in range(10)] + [
     ([4] * 9, [5, 1])]  # Too long a source: dropped.

@@ -4,21 +4,26 @@ An ImageTask serves what a text Task serves to training and decoding
 (vocab, encoded pairs, this process's training share, sources to decode),
 with images instead of sentences: a source is to_tokens(low-res input) and
 a target to_tokens(high-res target), both WITHOUT eos (an image has a fixed
-length: decoding runs exactly H*W*C tokens). The task sections it is loaded
-from are documented in bpd_jax/data/tasks.py.
+length: decoding runs exactly H*W*C tokens). The image task modules
+(embedded_photos, tfds_images) load one from a task section whose fields,
+besides their own, are:
+  name: 'embedded_images' or 'tfds_images'.
+  high_res: side of the targets (e.g. 32).
+  low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
+  max_source_len, max_target_len: low_res**2 * 3 and high_res**2 * 3.
+`check` below checks them, and the fields of the super-resolution report
+(bpd_jax/sr_eval.py) in the eval section.
 """
 
 import collections.abc
 import dataclasses
-import os
-import re
 from typing import Callable
 
 import numpy as np
 
-from bpd_jax.data import embedded_images
-from bpd_jax.data import images as images_lib
-from bpd_jax.data import tfds_translation
+from bpd_jax.tasks import host_shards
+from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.images import tokens as images_lib
 
 ImagePair = tuple[np.ndarray, np.ndarray]  # (low uint8 [N,h,w,C], high ...).
 
@@ -96,8 +101,8 @@ class ImageTask:
     if self.train_shard is not None:
       return ImagePairs(*self.train_shard(process_index, process_count))
     low, high = self.images('train')
-    start, end = tfds_translation.shard_bounds(len(low), process_index,
-                                               process_count)
+    start, end = host_shards.shard_bounds(len(low), process_index,
+                                          process_count)
     return ImagePairs(low[start:end], high[start:end])
 
   def sources(self, split: str, max_len: int,
@@ -122,53 +127,33 @@ class ImageTask:
     return images_lib.to_tokens(low).tolist(), 0
 
 
-def load(config, workdir: str) -> ImageTask:
-  """The 'embedded_images' or 'tfds_images' task of a `task` config section.
+def shapes(task) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(target (H, W, C), input (h, w, C)) of a task section, checked.
 
   Raises:
-    FileNotFoundError: the TFDS data dir or prepared dataset is missing.
-    ValueError: a bad field, split or dataset, before any reading.
+    ValueError: a bad high_res or low_res.
   """
-  high_res, low_res = config.high_res, config.low_res
-  if not (isinstance(high_res, int) and isinstance(low_res, int) and
-          1 <= low_res <= high_res and high_res % low_res == 0):
-    raise ValueError(f'task.high_res={high_res!r} must be a multiple of '
-                     f'task.low_res={low_res!r} (positive integers).')
-  shapes = (high_res, high_res, 3), (low_res, low_res, 3)
-  if config.name == 'embedded_images':
-    unknown = set(config.sizes) - set(embedded_images.SPLITS)
-    if unknown:
-      raise ValueError(f'task.sizes has splits {sorted(unknown)}; the '
-                       f'embedded photos have {embedded_images.SPLITS}.')
-    scales = tuple(config.get('scales', embedded_images.DEFAULT_SCALES))
-    seed = config.get('seed', 0)
-    readers = {split: (lambda split=split, count=count: embedded_images.crops(
-        split, count, high_res, low_res, scales, seed))
-               for split, count in config.sizes.items()}
-    return ImageTask(*shapes, readers)
-  return _tfds_task(config, workdir, *shapes)
+  at_least(task, 'task', high_res=1, low_res=1)
+  if task.high_res % task.low_res:
+    raise ValueError(f'task.high_res={task.high_res} must be a multiple of '
+                     f'task.low_res={task.low_res} (inputs are area means of '
+                     f'whole blocks of the target).')
+  return (task.high_res, task.high_res, 3), (task.low_res, task.low_res, 3)
 
 
-def _tfds_task(config, workdir: str, image_shape, low_res_shape) -> ImageTask:
-  from bpd_jax.data import tfds_images  # TFDS imports only when used.
-  if 'train' not in config.splits:
-    raise ValueError(f'task.splits={dict(config.splits)} needs a "train" '
-                     f'entry: the training pairs come from it.')
-  mock_examples = config.get('mock_examples', 0)
-  high_res, low_res = image_shape[0], low_res_shape[0]
-  sources = tfds_images.open_sources(config.dataset, config.data_dir,
-                                     config.splits, high_res, mock_examples)
-
-  def read(split, process_index=0, process_count=1):
-    source = sources[split]
-    name = re.sub(r'[^\w.-]+', '_', f'{config.dataset}'
-                  f'{f".mock{mock_examples}" if mock_examples else ""}'
-                  f'.{source.split}.{high_res}from{low_res}')
-    cache = os.path.join(workdir, 'data', f'{name}.{process_index}-of-'
-                         f'{process_count}.npz')
-    return tfds_images.preprocessed(source, high_res, low_res, process_index,
-                                    process_count, cache)
-
-  readers = {split: (lambda split=split: read(split)) for split in sources}
-  return ImageTask(image_shape, low_res_shape, readers,
-                   lambda index, count: read('train', index, count))
+def check_lengths_and_eval(config) -> None:
+  """The max lengths of the task section (an image's intensities, training
+  pads to them), and the super-resolution report's fields
+  (bpd_jax/sr_eval.py)."""
+  ev, task = config.eval, config.task
+  for field, side in (('max_source_len', task.low_res),
+                      ('max_target_len', task.high_res)):
+    if task[field] != side * side * 3:
+      raise ValueError(f'task.{field}={task[field]} must be {side * side * 3}'
+                       f' ({side}x{side}x3 intensities, no eos).')
+  at_least(ev, 'eval', grid_examples=1)
+  pixels = task.high_res * task.high_res * 3
+  if ev.max_len != pixels:
+    raise ValueError(f'eval.max_len={ev.max_len} must be {pixels}: a '
+                     f'{task.high_res}x{task.high_res}x3 image\'s '
+                     f'intensities.')

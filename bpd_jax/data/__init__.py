@@ -1,1 +1,0 @@
-"""Input pipelines: tasks, vocabularies, batching."""

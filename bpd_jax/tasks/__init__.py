@@ -1,0 +1,112 @@
+"""Tasks: the registry of named data sources, each owning its check and loader.
+
+A config's `task.name` picks one of the registered tasks; each task module
+declares a `spec.TaskSpec` (name, kind, check, loader) and documents the
+task section it reads:
+
+  'embedded'          text   text/embedded.py: the built-in generated
+                             translation task (no download).
+  'parallel_text'     text   text/parallel_text.py: aligned plain-text
+                             files (Multi30k, a distilled corpus).
+  'tfds_translation'  text   text/tfds_translation.py: a TFDS translation
+                             dataset (WMT14 En->De).
+  'embedded_images'   image  images/embedded_photos.py: super-resolution on
+                             crops of photos shipped with the packages.
+  'tfds_images'       image  images/tfds_images.py: super-resolution on a
+                             TFDS image dataset (CelebA).
+
+Every task section also has max_source_len and max_target_len (>= 2). A
+text task loads a text.task.TextTask, an image task an images.task.ImageTask;
+both serve vocab, encoded(split), train_examples(process_index,
+process_count) and sources(split, max_len). Shared by both kinds: batching.py
+(training and evaluation batches), host_shards.py (each process's share of
+a split), token_ids.py (pad, eos, bos, unk), tfds_builders.py.
+
+This module is the package's public API: no module outside bpd_jax/tasks/
+tests a task's name; it asks `get(name).kind` or `require_kind`.
+A vocabulary is trained only by the training job; the evaluate and distill
+jobs find it in the workdir (or task.vocab_path) or stop with an error.
+"""
+
+from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.images import embedded_photos
+from bpd_jax.tasks.images import tfds_images
+from bpd_jax.tasks.spec import TaskSpec
+from bpd_jax.tasks.text import embedded
+from bpd_jax.tasks.text import parallel_text
+from bpd_jax.tasks.text import tfds_translation
+
+_SPECS = {spec.name: spec for spec in (
+    embedded.SPEC, parallel_text.SPEC, tfds_translation.SPEC,
+    embedded_photos.SPEC, tfds_images.SPEC)}
+NAMES = tuple(_SPECS)
+
+# What each job that needs one kind of task does, for its refusal message.
+_JOBS = {
+    'bench': ('the bench times translation tasks',
+              ': python -m bpd_jax.evaluate reports its time per image and '
+              'speedups'),
+    'drafts': ('the draft job analyses text tasks', ''),
+    'distill': ('distillation writes parallel text', ''),
+}
+
+
+def get(name: str) -> TaskSpec:
+  """The registered task `name`.
+
+  Raises:
+    ValueError: no such task (the message lists the names).
+  """
+  if name not in _SPECS:
+    raise ValueError(f'task.name={name!r} is not one of {NAMES}.')
+  return _SPECS[name]
+
+
+def load_task(config, workdir: str, train_vocab: bool = True):
+  """The task a config's `task` section describes.
+
+  Args:
+    config: the `task` ConfigDict: name, and the fields its module documents.
+    workdir: where a trained vocabulary is saved (and found on resume), and
+      preprocessed TFDS data cached (WORKDIR/data/).
+    train_vocab: train a missing SentencePiece vocabulary (the training
+      job); False: a missing one is an error (evaluation, distillation).
+
+  Returns:
+    A text.task.TextTask or an images.task.ImageTask.
+
+  Raises:
+    FileNotFoundError: a data file, TFDS data dir or vocabulary is missing.
+    ValueError: a bad name, field, split or vocabulary type.
+  """
+  return get(config.name).load(config, workdir, train_vocab=train_vocab)
+
+
+def check(config) -> None:
+  """The task's own checks of a whole config; ValueError names a bad field.
+
+  The task's name, max lengths (>= 2), and what its module checks: its task
+  section and the fields of other sections it constrains (e.g. the
+  super-resolution report's eval fields, token-count batches for WMT).
+  """
+  spec = get(config.task.name)
+  at_least(config.task, 'task', max_source_len=2, max_target_len=2)
+  spec.check(config)
+
+
+def require_kind(config, kind: str, job: str) -> None:
+  """Raises ValueError unless the config's task is of `kind`.
+
+  Args:
+    config: the whole config.
+    kind: 'text' or 'image'.
+    job: the job that asks ('bench', 'drafts', 'distill'), named with what
+      it does in the message.
+  """
+  name = config.task.name
+  actual = get(name).kind
+  if actual != kind:
+    does, hint = _JOBS[job]
+    article = 'an' if actual == 'image' else 'a'
+    raise ValueError(f'{does}; task.name={name!r} is {article} {actual} '
+                     f'task{hint}.')

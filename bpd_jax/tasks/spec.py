@@ -1,0 +1,34 @@
+"""What a task module declares to the registry (bpd_jax/tasks/__init__.py)."""
+
+import dataclasses
+from typing import Any, Callable
+
+KINDS = ('text', 'image')
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """A task: its name, kind, config check and loader.
+
+  Attributes:
+    name: the config's task.name.
+    kind: 'text' (sentence pairs, BLEU report) or 'image' (super-resolution
+      pairs, PSNR/SSIM report).
+    load: (task section, workdir, train_vocab) -> the loaded task (a
+      text.task.TextTask or images.task.ImageTask). It checks the task
+      section itself first, so a loader called without the config check
+      fails with the same messages.
+    check: (whole config) -> None, raising ValueError naming the first bad
+      field of what this task reads (task section, and the fields of other
+      sections it constrains); runs before any work. The registry checks
+      task.name and the max lengths of every task itself.
+  """
+  name: str
+  kind: str
+  load: Callable[..., Any]
+  check: Callable[[Any], None] = lambda config: None
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f'task {self.name!r}: kind={self.kind!r} is not one '
+                       f'of {KINDS}.')

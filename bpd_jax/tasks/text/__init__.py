@@ -1,0 +1,8 @@
+"""Text tasks: translation pairs and their vocabularies.
+
+- embedded.py: the built-in generated translation task (no download).
+- parallel_text.py: aligned plain-text files (Multi30k, a distilled corpus).
+- tfds_translation.py: a TFDS translation dataset (WMT14 En->De).
+- task.py: the TextTask they load; vocab.py: word and SentencePiece
+  vocabularies.
+"""

@@ -1,0 +1,68 @@
+"""TFDS builders shared by the TFDS text and image tasks, read without TF.
+
+Opening a prepared dataset and checking its split names, with messages that
+give the `tfds build` command when the data is missing. tensorflow_datasets
+is imported only when a TFDS task is used.
+"""
+
+import os
+import re
+from collections.abc import Sequence
+
+# Splits of a dataset whose prepared info is not at hand (TFDS mock data).
+STANDARD_SPLITS = ('train', 'validation', 'test')
+
+
+def import_tfds():
+  """tensorflow_datasets, with the translation builders registered.
+
+  Without h5py the builder registry stops importing early and
+  'wmt14_translate' is "not found"; importing the translate package
+  registers it (measured).
+  """
+  import tensorflow_datasets as tfds
+  import tensorflow_datasets.translate  # noqa: F401  (registers wmt*)
+  return tfds
+
+
+def build_command(dataset: str, data_dir: str) -> str:
+  return (f'tfds build {dataset} --data_dir={data_dir} '
+          f'--file_format=array_record')
+
+
+def open_builder(dataset: str, data_dir: str, check_dir: bool = True):
+  """The TFDS builder of `dataset` ('name/config'), prepared in `data_dir`.
+
+  Raises:
+    FileNotFoundError: data_dir does not exist, or the dataset is not
+      prepared there (the message gives the `tfds build` command).
+    ValueError: no such TFDS dataset or builder config.
+  """
+  if check_dir and (not data_dir or not os.path.isdir(data_dir)):
+    raise FileNotFoundError(
+        f'TFDS data dir task.data_dir={data_dir!r} does not exist. Prepare '
+        f'the data there first: {build_command(dataset, data_dir or "DIR")}')
+  tfds = import_tfds()
+  try:
+    builder = tfds.builder(dataset, data_dir=data_dir)
+  except (tfds.core.registered.DatasetNotFoundError, ValueError) as error:
+    first_line = str(error).splitlines()[0]
+    raise ValueError(f'task.dataset={dataset!r} is not a TFDS dataset: '
+                     f'{first_line}') from None
+  prepared = os.path.join(data_dir, builder.info.full_name)
+  if check_dir and not os.path.isdir(prepared):
+    raise FileNotFoundError(
+        f'{dataset} is not prepared in {data_dir} (no {prepared}). Prepare '
+        f'it with: {build_command(dataset, data_dir)}')
+  return builder
+
+
+def check_splits(builder, splits: Sequence[str]) -> None:
+  """Raises ValueError for a split the dataset does not have."""
+  known = tuple(builder.info.splits) or STANDARD_SPLITS
+  for split in splits:
+    if re.sub(r'\[.*\]$', '', split) not in known:
+      raise ValueError(f'split {split!r} is not one of {builder.name}\'s '
+                       f'splits {known}.')
+
+

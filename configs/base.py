@@ -1,0 +1,100 @@
+"""The schema every experiment config shares, with its common defaults.
+
+The experiment configs (demo, multi30k, wmt14_base, sr_demo, celeba_sr)
+start from `get_config()` and set what their experiment needs, each field
+they set commented where they set it; a field they leave keeps the value
+and the comment given here. The fields of one task (its `task` section
+beyond name and max lengths), of image models and of the draft job are set
+by the configs that use them; their modules document them (bpd_jax/tasks/,
+models/transformer.py, `drafts_config` below).
+
+Not a config to run: it names no task.
+"""
+
+import ml_collections
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.seed = 0  # Seed of the weights, data order, dropout and head draws.
+
+  config.task = task = ml_collections.ConfigDict()
+  task.name = ''  # A registered task (bpd_jax/tasks/__init__.py).
+  task.max_source_len = 0  # Longest training source, in tokens (eos too).
+  task.max_target_len = 0  # Longest training target, in tokens (eos too).
+
+  config.model = model = ml_collections.ConfigDict()
+  model.size = 'tiny'  # Starting sizes (models/transformer.py SIZES).
+  model.dropout_rate = 0.1  # Training only.
+  model.max_source_len = 0  # Longest source the encoder takes (eval too).
+  model.max_target_len = 0  # Decoder positions: eval.max_len + k must fit.
+  model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
+  model.head_layer = 'independent'  # 'independent' heads or the paper's 'joint' layer.
+  model.head_hidden = 256  # Hidden width of one head's layer.
+  model.head1_from_base = True  # Head 1 is the base model's own output.
+
+  config.train = train = ml_collections.ConfigDict()
+  train.batch_size = 64  # Examples a step, over all devices.
+  train.base_steps = 1_000  # Phase 'base': the whole model, next token.
+  train.head_steps = 1_000  # Phase 'heads': the heads (+ base if not frozen).
+  train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
+  train.head1_weight = 0.0  # Head 1's share of a fine-tuning loss (0: 1/k).
+  train.random_head = False  # One random head a step (True) or the mean of all.
+  train.init_from = ''  # Workdir of a trained base to start the heads from.
+  train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
+  train.warmup_steps = 500  # Linear warm-up, then 1/sqrt(step) decay.
+  train.label_smoothing = 0.1  # As in the paper.
+  train.clip_norm = 1.0  # Global gradient norm clip (0: none).
+  train.grad_accum_steps = 1  # Micro-batches accumulated per update.
+  train.log_every = 250  # Steps between progress lines.
+  train.checkpoint_every = 1_000  # Steps between checkpoints (and at phase ends).
+  train.keep_checkpoints = 2  # Newest checkpoints kept.
+
+  config.mesh = mesh = ml_collections.ConfigDict()
+  mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.
+  mesh.axes = ('data',)  # Mesh axis names.
+  mesh.data_axis = 'data'  # The axis the batch is split along.
+  mesh.param_rules = ()  # (regex on param path, spec) pairs; none: replicated.
+
+  config.eval = ev = ml_collections.ConfigDict()
+  ev.split = 'validation'  # Split decoded by evaluation.
+  ev.num_examples = 0  # First N examples (0: all).
+  ev.batch_size = 1  # Examples decoded together (1: latency, as the paper).
+  ev.max_len = 0  # Most tokens generated per example.
+  ev.ks = (2, 4, 6, 8)  # Blockwise block sizes compared with greedy.
+  # Verification criteria, each at every k: 'exact', 'top-k:T' or
+  # 'distance:EPS' (decoding/criteria.py).
+  ev.criteria = ('exact',)
+  ev.min_block = 1  # Fewest tokens accepted per call (<= the smallest k).
+  ev.every = 0  # Steps between evaluations during training (0: none).
+  ev.periodic_examples = 100  # Examples decoded by those evaluations.
+  ev.after_training = True  # The main job evaluates when training ends.
+  return config
+
+
+def drafts_config(num_examples: int, lm_steps: int):
+  """The draft job's section (python -m bpd_jax.drafts, Kim et al. 2024).
+
+  Args:
+    num_examples: first N eval sentences analysed and decoded (0: all).
+    lm_steps: training steps of the neural rescorer (batch 256 windows).
+  """
+  dr = ml_collections.ConfigDict()
+  dr.ks = (4, 8)  # Block sizes analysed, and compared plain vs refined.
+  dr.num_examples = num_examples  # First N eval sentences analysed and decoded (0: all).
+  dr.batch_size = 1  # Sentences decoded together in the timed comparison.
+  dr.repeats = 3  # Interleaved timed rounds; the median is reported.
+  dr.top_ts = (1, 2, 3, 5, 10)  # t of the oracle top-t block efficiency.
+  # Refinements compared with plain drafts: 'RESCORER:p=P,t=T,w=W', RESCORER
+  # none (heads' scores alone), ngram or neural; p drafts verified per call,
+  # t tokens per head, w the rescorer's weight (bpd_jax/drafts/checks.py).
+  dr.refinements = ('none:p=4,t=2', 'ngram:p=1,t=4,w=0.2',
+                    'ngram:p=4,t=4,w=0.2', 'neural:p=1,t=4,w=0.2')
+  dr.corpus = 'targets'  # Rescorers' text: training targets, or a file (e.g. a distilled train.tgt).
+  dr.corpus_limit = 0  # Sentences of it used (0: all).
+  dr.ngram_order = 3  # n of the Kneser-Ney n-gram model.
+  dr.lm_window = 8  # Output tokens the neural rescorer reads before a draft.
+  dr.lm_d_model = 64  # Width of the neural rescorer (a decoder-only Transformer).
+  dr.lm_layers = 2  # Its depth.
+  dr.lm_steps = lm_steps  # Its training steps (batch 256 windows).
+  return dr
