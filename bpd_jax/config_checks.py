@@ -45,27 +45,37 @@ def check(config) -> None:
   if not criteria or isinstance(criteria, str):
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
                      f'of criteria, e.g. (\'exact\', \'distance:4\').')
-  for spec in criteria:
-    decoding.from_spec(spec)
-  heads = model.num_proposal_heads
-  for k in ev.ks:
-    if not isinstance(k, int) or not 1 <= k <= heads:
-      raise ValueError(f'eval.ks: k={k!r} must be an integer in [1, {heads}] '
-                       f'(model.num_proposal_heads).')
-  if ev.ks and not 1 <= ev.min_block <= min(ev.ks):
-    raise ValueError(f'eval.min_block={ev.min_block} must be in '
-                     f'[1, {min(ev.ks)}] (the smallest k).')
-  needed = ev.max_len + max(ev.ks or [1])
-  if needed > model.max_target_len:
-    raise ValueError(f'eval.max_len={ev.max_len} with k up to '
-                     f'{max(ev.ks or [1])} needs {needed} decoder positions; '
-                     f'model.max_target_len={model.max_target_len}.')
+  _check_decoders(ev, model)
   if len(config.mesh.shape) != len(config.mesh.axes):
     raise ValueError(f'mesh.shape={tuple(config.mesh.shape)} and mesh.axes='
                      f'{tuple(config.mesh.axes)} differ in length.')
   if config.mesh.data_axis not in config.mesh.axes:
     raise ValueError(f'mesh.data_axis={config.mesh.data_axis!r} is not one '
                      f'of mesh.axes={tuple(config.mesh.axes)}.')
+
+
+def _check_decoders(ev, model) -> None:
+  """Every decoder of the eval table, checked as a decode checks it."""
+  # The vocabulary comes with the task's data and is checked when decoding;
+  # here every other limit of each decoder's options.
+  unknown_vocabulary = 2**31
+  for spec in ev.criteria:
+    for k in (0, *ev.ks):
+      try:
+        decoding.DecodeOptions.from_specs(
+            max_len=ev.max_len, k=k, criterion=spec,
+            min_block=ev.min_block if k else 1).check(
+                model.num_proposal_heads, unknown_vocabulary)
+      except ValueError as error:
+        raise ValueError(f'eval (ks={tuple(ev.ks)}, min_block='
+                         f'{ev.min_block}, criteria={tuple(ev.criteria)}): '
+                         f'{error}') from error
+  largest = decoding.DecodeOptions(max_len=ev.max_len, k=max(ev.ks, default=0))
+  needed = largest.required_positions(1)
+  if needed > model.max_target_len:
+    raise ValueError(f'eval.max_len={ev.max_len} with k up to '
+                     f'{largest.block} needs {needed} decoder positions; '
+                     f'model.max_target_len={model.max_target_len}.')
 
 
 def _check_task_fits(task, model) -> None:

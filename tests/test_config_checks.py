@@ -21,8 +21,9 @@ def test_demo_configs_pass():
     ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be >= 0'),
     ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be in'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
-    ('eval', 'ks', (2, 9), r'eval.ks: k=9 must be an integer in \[1, 8\]'),
-    ('eval', 'min_block', 3, r'eval.min_block=3 must be in \[1, 2\]'),
+    ('eval', 'ks', (2, 9), r'eval \(ks=\(2, 9\).*k=9 must be an integer in '
+     r'\[1, 8\]'),
+    ('eval', 'min_block', 3, r'min_block=3 must be an integer in \[1, k=2\]'),
     ('eval', 'criteria', ('top3',), "criterion 'top3' is not"),
     ('eval', 'criteria', (), 'must be a non-empty tuple'),
     ('eval', 'max_len', 45, 'eval.max_len=45 with k up to 8 needs 53 decoder '
