@@ -5,9 +5,9 @@ must be, so a typo in a sweep fails in a second rather than after training.
 """
 
 from bpd_jax import decoding
-from bpd_jax import train as train_lib
 from bpd_jax.data import embedded_images
 from bpd_jax.data import tasks
+from bpd_jax.models import factory
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
 
@@ -18,7 +18,7 @@ def check(config) -> None:
     if section not in config:
       raise ValueError(f'the config has no {section!r} section.')
   # The vocabulary size comes from the task; any valid value checks the rest.
-  model = train_lib.model_config_from(config, vocab_size=1024)
+  model = factory.model_config_from(config, vocab_size=1024)
   _check_task(config.task, model)
   train, ev = config.train, config.eval
   _at_least(train, 'train', batch_size=1, base_steps=0, head_steps=0,

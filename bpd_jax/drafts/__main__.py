@@ -29,10 +29,9 @@ from absl import flags
 import jax
 import numpy as np
 import tabulate
-from ml_collections import config_flags
 
 from bpd_jax import generate
-from bpd_jax import train
+from bpd_jax import jobs
 from bpd_jax.data import batching
 from bpd_jax.data import tasks
 from bpd_jax.drafts import analysis
@@ -41,18 +40,14 @@ from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
 from bpd_jax.drafts import ngram
 from bpd_jax.drafts import plots
+from bpd_jax.models import factory
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file: a Python file with get_config(arg).')
-_WORKDIR = flags.DEFINE_string('workdir', None,
-                               'Workdir of a training run (its checkpoint).')
-_INIT = flags.DEFINE_enum(
-    'init', 'checkpoint', ['checkpoint', 'random'],
-    'Weights: the latest checkpoint in --workdir, or random (the machinery '
-    'only: random heads accept next to nothing).')
+_INIT = jobs.define_init()
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Where the report and rescorers go (default: '
     'WORKDIR/drafts).')
+
+flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir, --init.
 
 
 def corpus(config, task) -> list[list[int]]:
@@ -69,30 +64,22 @@ def corpus(config, task) -> list[list[int]]:
     with open(d.corpus) as f:
       texts = [line.rstrip('\n') for line in f]
   texts = texts[:d.corpus_limit or None]
-  eos = [train.model_config_from(config, task.vocab.vocab_size).eos_id]
+  eos = [factory.model_config_from(config, task.vocab.vocab_size).eos_id]
   return [ids + eos for ids in task.vocab.encode_many(texts)]
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
+def _check(config) -> None:
+  """The draft job's fields, before any work."""
   if config.task.name in tasks.IMAGE_TASKS:
     raise app.UsageError(
         f'the draft job analyses text tasks; task.name='
         f'{config.task.name!r} is an image task.')
-  workdir = _WORKDIR.value
-  if _INIT.value == 'checkpoint' and not os.path.isdir(
-      os.path.join(workdir, 'checkpoints')):
-    raise app.UsageError(f'no checkpoints in {workdir}: train first '
-                         f'(python -m bpd_jax.main) or pass --init=random.')
-  try:  # Every field, before any work.
-    checks.check(config, config.model.num_proposal_heads)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from error
-  load = train.random_model if _INIT.value == 'random' else \
-      train.restore_model
-  model, task = load(config, workdir)
+  checks.check(config, config.model.num_proposal_heads)
+
+
+def main(argv):
+  job = jobs.setup(argv, init=_INIT.value, random_hint=True, check=_check)
+  config, model, task, workdir = job.config, job.model, job.task, job.workdir
   mc = model.config
   try:
     refinements = checks.check(config, mc.num_proposal_heads, mc.vocab_size)
@@ -196,5 +183,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main)
+  jobs.run(main)
