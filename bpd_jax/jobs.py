@@ -9,7 +9,8 @@
 
 `setup` does, in this order, what no job may skip: the config parsed by
 `--config` is checked (`config_checks.check`: a bad field stops before any
-work), the job's own checks run, the processes of a multi-process run join
+work), the checkpoint to restore is looked for, the job's own checks run
+(its flags, its config section), the processes of a multi-process run join
 (`distributed.initialize`), then the task is loaded and the model restored
 from WORKDIR's latest checkpoint or built with the config's random weights
 (`models/factory.py`). The training job asks for neither (it builds both
@@ -109,17 +110,17 @@ def setup(argv, *, init: str | None = None,
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config, workdir = CONFIG.value, WORKDIR.value
   config_checks.check(config)
+  if init == 'checkpoint' and not os.path.isdir(
+      os.path.join(workdir, 'checkpoints')):
+    raise app.UsageError(
+        f'no checkpoints in {workdir}: train first (python -m bpd_jax.main)'
+        + (' or pass --init=random.' if random_hint else '.'))
   options = None
   if check is not None:
     try:
       options = check(config)
     except ValueError as error:
       raise app.UsageError(str(error)) from error
-  if init == 'checkpoint' and not os.path.isdir(
-      os.path.join(workdir, 'checkpoints')):
-    raise app.UsageError(
-        f'no checkpoints in {workdir}: train first (python -m bpd_jax.main)'
-        + (' or pass --init=random.' if random_hint else '.'))
   distributed.initialize()
   if init is None:
     return Job(config, workdir, options=options)

@@ -16,8 +16,8 @@ randomly initialised model of the config: the machinery only), then
    `drafts.refinements` for every k in `drafts.ks`, timed side by side
    (`compare.py`).
 Writes OUTPUT_DIR/drafts.json (everything), drafts.md (the table),
-drafts.png (the plots), ngram.npz and lm.npz (the rescorers, reusable from
-Python: `ngram.NgramModel.load`, `lm.load`).
+drafts.png (the plots), ngram.npz and lm/ (the rescorers, reusable from
+Python: `ngram.NgramModel.load`, `lm.load`; lm/ is an Orbax checkpoint).
 """
 
 import json
@@ -118,7 +118,7 @@ def main(argv):
       [target for _, target in task.pairs(config.eval.split)])]
   report['lm']['eval_loss'] = round(lm_lib.evaluate(lm, lm_lib.windows(
       held_out, d.lm_window, bos_id=mc.bos_id, eos_id=mc.eos_id)), 4)
-  lm_lib.save(lm, os.path.join(output_dir, 'lm.npz'))
+  lm_lib.save(lm, os.path.join(output_dir, 'lm'))
   log(f'rescoring LM: {report["lm"]}')
   rescorers = dict(ngram=ngram_model, neural=lm)
 
@@ -179,7 +179,7 @@ def main(argv):
   plots.write(report, os.path.join(output_dir, 'drafts.png'))
   log(table)
   log(f'Wrote {output_dir}/drafts.json, drafts.md, drafts.png, ngram.npz, '
-      f'lm.npz.')
+      f'lm/.')
 
 
 if __name__ == '__main__':
