@@ -177,7 +177,7 @@ def run_job(module, *flags):
     ('main', ['--config=configs/wmt14_base.py:data_dir=/nonexistent/tfds'],
      "task.data_dir='/nonexistent/tfds' does not exist"),
     ('evaluate', ['--config=configs/wmt14_base.py:runlocal'],
-     'vocab.model not found'),
+     'no checkpoints in'),  # jobs.setup: before the task (its vocabulary).
     ('main', ['--config=configs/wmt14_base.py:runlocal',
               '--config.task.splits.test=newstest2014'],
      "split 'newstest2014' is not one of"),
