@@ -6,7 +6,7 @@ must be, so a typo in a sweep fails in a second rather than after training.
 
 from bpd_jax import decoding
 from bpd_jax import tasks
-from bpd_jax import train as train_lib
+from bpd_jax.models import factory
 from bpd_jax.tasks.checks import at_least
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
@@ -18,7 +18,7 @@ def check(config) -> None:
     if section not in config:
       raise ValueError(f'the config has no {section!r} section.')
   # The vocabulary size comes from the task; any valid value checks the rest.
-  model = train_lib.model_config_from(config, vocab_size=1024)
+  model = factory.model_config_from(config, vocab_size=1024)
   tasks.check(config)  # The task's own fields, and what it needs of others.
   _check_task_fits(config.task, model)
   train, ev = config.train, config.eval

@@ -16,26 +16,29 @@ import os
 
 import jax
 import numpy as np
-from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
-from bpd_jax import config_checks
-from bpd_jax import distributed
 from bpd_jax import generate
+from bpd_jax import jobs
 from bpd_jax import sharding
 from bpd_jax import tasks
-from bpd_jax import train
 from bpd_jax.tasks import batching
 
 SOURCE_SUFFIX, TARGET_SUFFIX = 'src', 'tgt'
 
 
-def distill(config, workdir: str, output_dir: str, log=print) -> dict:
-  """Writes the distilled corpus; returns {split: number of pairs}."""
-  tasks.require_kind(config, 'text', job='distill')
-  model, task = train.restore_model(config, workdir)
+def distill(config, model, task, output_dir: str, log=print) -> dict:
+  """Writes the distilled corpus; returns {split: number of pairs}.
+
+  Args:
+    config: the trained run's config (eval.batch_size, eval.max_len, mesh).
+    model: the trained Transformer (`jobs.load`).
+    task: its task: the training sources decoded, the other splits copied.
+    output_dir: where the corpus goes.
+    log: progress lines go here.
+  """
+  refuse_images(config)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   pairs = task.pairs('train')
   sources, truncated = task.sources('train', model.config.max_source_len)
@@ -68,6 +71,11 @@ def distill(config, workdir: str, output_dir: str, log=print) -> dict:
   return counts
 
 
+def refuse_images(config) -> None:
+  """Raises ValueError for an image task: distillation writes text."""
+  tasks.require_kind(config, 'text', job='distill')
+
+
 def _write(directory, split, pairs):
   for suffix, column in ((SOURCE_SUFFIX, 0), (TARGET_SUFFIX, 1)):
     path = os.path.join(directory, f'{split}.{suffix}')
@@ -76,23 +84,17 @@ def _write(directory, split, pairs):
     os.replace(path + '.partial', path)
 
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file of the trained run.')
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Workdir of the trained run.')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Directory for the distilled parallel corpus.')
 
+flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir.
+
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
-  config_checks.check(config)
-  distributed.initialize()
-  logging.info('Distilling %s into %s', _WORKDIR.value, _OUTPUT_DIR.value)
-  distill(config, _WORKDIR.value, _OUTPUT_DIR.value)
+  job = jobs.setup(argv, init='checkpoint', check=refuse_images)
+  logging.info('Distilling %s into %s', job.workdir, _OUTPUT_DIR.value)
+  distill(job.config, job.model, job.task, _OUTPUT_DIR.value)
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir', 'output_dir'])
-  app.run(main)
+  jobs.run(main, 'output_dir')

@@ -3,47 +3,35 @@
     python -m bpd_jax.main --config=configs/demo.py --workdir=/tmp/bpd_demo
 
 Trains as the config says (rerunning on the same workdir resumes from the
-latest checkpoint), then, with `eval.after_training`, decodes the eval split
-with greedy and blockwise decoders and prints the comparison table (for an
-image task, the super-resolution report of bpd_jax/sr_eval.py with its
-image grid).
+latest checkpoint; every eval.every steps a short evaluation is logged),
+then, with `eval.after_training`, decodes the eval split with greedy and
+blockwise decoders and prints the comparison table (for an image task, the
+super-resolution report of bpd_jax/evaluation/image.py with its image
+grid).
 Overrides: `--config.train.base_steps=500`; options: `--config=FILE:key=value`.
 """
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
-from bpd_jax import config_checks
-from bpd_jax import distributed
-from bpd_jax import decode_eval
-from bpd_jax import sr_eval
-from bpd_jax import tasks
+from bpd_jax import evaluation
+from bpd_jax import jobs
 from bpd_jax import train
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file: a Python file with get_config(arg).')
-_WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Directory of checkpoints, vocabulary and reports.')
-flags.mark_flags_as_required(['config', 'workdir'])
+flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir.
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
-  config_checks.check(config)
-  distributed.initialize()
+  job = jobs.setup(argv)
+  config = job.config
+  periodic = evaluation.periodic(config) if config.eval.every else None
   try:
-    model, task = train.train(config, _WORKDIR.value)
+    model, task = train.train(config, job.workdir, evaluate=periodic)
   except train.Preempted as preempted:
     print(preempted)  # Saved; the rerun resumes. Not an error.
     return
   if config.eval.after_training:
-    report = (sr_eval.report if tasks.get(config.task.name).kind == 'image'
-              else decode_eval.report)
-    report(config, _WORKDIR.value, model, task)
+    evaluation.report(config, job.workdir, model, task)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  jobs.run(main)

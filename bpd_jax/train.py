@@ -32,13 +32,12 @@ from absl import logging
 from flax import nnx
 
 from bpd_jax import checkpoints as checkpoints_lib
-from bpd_jax import decode_eval
 from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import sharding
-from bpd_jax import sr_eval
 from bpd_jax import tasks
-from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
+from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models import factory
 from bpd_jax.tasks import batching
 
 HEADS = nnx.PathContains('heads')
@@ -83,14 +82,6 @@ def plan_phases(train_config, model_config: TransformerConfig) -> list[Phase]:
 def phase_at(phases: list[Phase], step: int) -> Phase:
   """The phase that trains step `step` (the last one past the end)."""
   return next((p for p in phases if p.start <= step < p.end), phases[-1])
-
-
-def model_config_from(config, vocab_size: int) -> TransformerConfig:
-  """The TransformerConfig of a config's `model` section (validated)."""
-  fields = dict(config.model)
-  image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
-  return TransformerConfig.from_size(**fields, image=image,
-                                     vocab_size=vocab_size)
 
 
 def train_batches(config, task, data_devices: int, log=print):
@@ -188,63 +179,18 @@ class Preempted(Exception):
   """SIGTERM arrived; the state was saved. Rerun the job to resume."""
 
 
-def params_from_checkpoint(params: nnx.State, directory: str,
-                           heads: bool) -> nnx.State:
-  """`params` with values from the latest checkpoint of another run.
-
-  Args:
-    params: the parameters to fill (their structure, shapes and dtypes).
-    directory: a checkpoint directory (WORKDIR/checkpoints).
-    heads: take the proposal heads too; if False they keep their values
-      (a warm start of new heads on a trained base).
-
-  Raises:
-    FileNotFoundError: no checkpoint there.
-    ValueError: a parameter is missing there or has another shape.
-  """
-  saved = checkpoints_lib.restore_params_dict(directory)
-
-  def take(path, value):
-    keys = [str(getattr(p, 'key', getattr(p, 'name', p))) for p in path]
-    if keys[0] == 'heads' and not heads:
-      return value
-    node = saved
-    for key in keys:
-      node = node.get(key) if isinstance(node, dict) else None
-      if node is None:
-        raise ValueError(f'{"/".join(keys)} is not in the checkpoint in '
-                         f'{directory}: is it a run of another model?')
-    if node.shape != value.shape:
-      raise ValueError(f'{"/".join(keys)} has shape {node.shape} in '
-                       f'{directory}; the model needs {value.shape}.')
-    return jnp.asarray(node, value.dtype)
-
-  return jax.tree_util.tree_map_with_path(take, params)
-
-
-def random_model(config, workdir: str):
-  """(model of the config with its seed's random weights, task): what the
-  bench and draft jobs measure with --init=random, no checkpoint needed."""
-  task = tasks.load_task(config.task, workdir)
-  return Transformer(model_config_from(config, task.vocab.vocab_size),
-                     rngs=nnx.Rngs(config.seed)), task
-
-
-def restore_model(config, workdir: str):
-  """(model with the latest checkpoint's parameters, task)."""
-  task = tasks.load_task(config.task, workdir, train_vocab=False)
-  model = Transformer(model_config_from(config, task.vocab.vocab_size),
-                      rngs=nnx.Rngs(0))
-  graphdef, params = nnx.split(model)
-  params = params_from_checkpoint(
-      params, os.path.join(workdir, 'checkpoints'), heads=True)
-  return nnx.merge(graphdef, params), task
-
-
-def train(config, workdir: str, log=print):
+def train(config, workdir: str, log=print, evaluate=None):
   """Trains as `config` says, resuming from `workdir`; returns (model, task).
 
   The model returned has the final parameters (on the run's mesh).
+
+  Args:
+    config: the run's config (checked by config_checks).
+    workdir: checkpoints, vocabulary and TensorBoard scalars go here.
+    log: progress lines go here.
+    evaluate: periodic evaluation, every eval.every steps:
+      (model, task, step) -> {name: scalar}, written to TensorBoard and
+      logged (e.g. `evaluation.periodic`); None: no evaluation.
 
   Raises:
     Preempted: SIGTERM arrived and the state was saved.
@@ -257,7 +203,7 @@ def train(config, workdir: str, log=print):
       f'{jax.process_count()} process(es); this is process '
       f'{jax.process_index()}.')
   task = tasks.load_task(config.task, workdir)
-  model_config = model_config_from(config, task.vocab.vocab_size)
+  model_config = factory.model_config_from(config, task.vocab.vocab_size)
   phases = plan_phases(train_config, model_config)
   data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)
 
@@ -297,7 +243,7 @@ def train(config, workdir: str, log=print):
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
   else:
     if train_config.init_from:
-      params = params_from_checkpoint(
+      params = factory.params_from_checkpoint(
           params, os.path.join(train_config.init_from, 'checkpoints'),
           heads=False)
       log(f'Warm start of the base from {train_config.init_from}.')
@@ -322,7 +268,7 @@ def train(config, workdir: str, log=print):
           f'{" on a frozen base" if phase.heads_only else ""}.')
       state, step = _run_phase(
           config, phase, state, step_fn, data, data_sharding, checkpoints,
-          preemption, writer, graphdef, task, mesh, log)
+          preemption, writer, graphdef, task, evaluate, log)
       if step < total and phase_at(phases, step) is not phase:
         # The next phase starts with a fresh optimizer for its parameters;
         # the boundary checkpoint holds that state, so that a restore of
@@ -346,7 +292,7 @@ def train(config, workdir: str, log=print):
 
 
 def _run_phase(config, phase, state, step_fn, data, data_sharding,
-               checkpoints, preemption, writer, graphdef, task, mesh, log):
+               checkpoints, preemption, writer, graphdef, task, evaluate, log):
   """Steps to the end of `phase` (or a preemption); returns (state, step).
 
   Saves every train.checkpoint_every steps inside the phase; the caller
@@ -378,9 +324,12 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
       sums, window_start, window_steps = None, time.perf_counter(), 0
     if save:
       checkpoints.save(step, state)
-    if (config.eval.every and step % config.eval.every == 0
-        and not preemption.requested):
-      _periodic_eval(config, graphdef, state, task, mesh, writer, step, log)
+    if (evaluate is not None and config.eval.every
+        and step % config.eval.every == 0 and not preemption.requested):
+      values = evaluate(nnx.merge(graphdef, state['params']), task, step)
+      writer.write(step, values)
+      log(f'eval at step {step}: ' + ', '.join(f'{n} {v}'
+                                               for n, v in values.items()))
   return state, step
 
 
@@ -411,32 +360,6 @@ def _progress_line(summary, step, phase_end) -> str:
           f'head {accuracies} | lr {summary["learning_rate"]:.2e} | '
           f'{summary["steps_per_s"]:.1f} steps/s | '
           f'{summary["tokens_per_s"]:.0f} tok/s | phase ends in {eta:.0f}s')
-
-
-def _periodic_eval(config, graphdef, state, task, mesh, writer, step, log):
-  model, mesh = decode_eval.placement(nnx.merge(graphdef, state['params']),
-                                     config, mesh, log=lambda m: None)
-  k = model.config.num_proposal_heads
-  decoders = [decode_eval.DecoderSpec()]
-  if k > 1:
-    decoders.append(decode_eval.DecoderSpec(k))
-  options = dict(batch_size=config.eval.batch_size,
-                 num_examples=config.eval.periodic_examples, mesh=mesh,
-                 log=lambda m: None)
-  if tasks.get(config.task.name).kind == 'image':
-    rows = sr_eval.evaluate(model, task, config.eval.split, decoders,
-                            **options)['rows'][1:]  # After bicubic's row.
-    values = {'eval/psnr': rows[0]['psnr'], 'eval/ssim': rows[0]['ssim']}
-  else:
-    rows = decode_eval.evaluate(model, task, config.eval.split, decoders,
-                                max_len=config.eval.max_len,
-                                **options)['rows']
-    values = {'eval/bleu': rows[0]['bleu']}
-  if k > 1:
-    values['eval/mean_block'] = rows[1]['mean_block']
-  writer.write(step, values)
-  log(f'eval at step {step}: ' + ', '.join(f'{n} {v}'
-                                           for n, v in values.items()))
 
 
 class _MetricWriter:

@@ -38,7 +38,7 @@ def rows():
   decoder = generate.Decoder(model)
   tuning = generate.tune_k(decoder, inputs, max_len=10)
   settings = runner.sweep([2, 3]) + [
-      runner.Setting('blockwise', 3, 'top-k:2', 2)]
+      runner.setting(3, 'top-k:2', 2)]
   return runner.run(decoder, batches, settings, max_len=10, repeats=2,
                     tuning=tuning, quality=lambda tokens: float(len(tokens)),
                     progress=lambda line: None)

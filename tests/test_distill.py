@@ -3,6 +3,7 @@
 import pytest
 
 from bpd_jax import distill
+from bpd_jax import jobs
 from bpd_jax import tasks
 from bpd_jax import train
 
@@ -17,8 +18,8 @@ def test_distilled_corpus_trains(tmp_path):
                                   learning_rate=5e-3))
   train.train(config, str(tmp_path / 'base'), log=lambda _: None)
   out = tmp_path / 'distilled'
-  counts = distill.distill(config, str(tmp_path / 'base'), str(out),
-                           log=lambda _: None)
+  model, task = jobs.load(config, str(tmp_path / 'base'))
+  counts = distill.distill(config, model, task, str(out), log=lambda _: None)
   sources = (out / 'train.src').read_text().splitlines()
   targets = (out / 'train.tgt').read_text().splitlines()
   assert len(sources) == len(targets) == counts['train'] > 0
@@ -38,5 +39,5 @@ def test_distilled_corpus_trains(tmp_path):
 def test_image_tasks_are_refused_before_any_work(tmp_path):
   config = train_configs.load_config('sr_demo', 'quick')
   with pytest.raises(ValueError, match="'embedded_images' is an image task"):
-    distill.distill(config, str(tmp_path), str(tmp_path / 'out'))
+    distill.distill(config, None, None, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()

@@ -31,7 +31,7 @@ def test_analysis_and_comparison_of_a_random_model(tmp_path):
     assert stats['oracle_block_efficiency']['1'] == \
         stats['decoded_block_efficiency'], k
   assert len(report['analysis']['confidence']['accuracy']) == 3
-  for name in ('drafts.png', 'drafts.md', 'ngram.npz', 'lm.npz'):
+  for name in ('drafts.png', 'drafts.md', 'ngram.npz', 'lm'):
     assert (out / name).exists()
 
 

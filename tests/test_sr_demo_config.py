@@ -9,7 +9,7 @@ import pytest
 
 from bpd_jax import config_checks
 from bpd_jax import tasks
-from bpd_jax import train
+from bpd_jax.models import factory
 
 import train_configs
 
@@ -25,7 +25,7 @@ def test_task_and_model_fit_the_images(tmp_path):
   config = train_configs.load_config('sr_demo')
   config.task.sizes = dict(train=32, validation=4)
   task = tasks.load_task(config.task, str(tmp_path))
-  model = train.model_config_from(config, task.vocab.vocab_size)
+  model = factory.model_config_from(config, task.vocab.vocab_size)
   assert task.image_shape == (16, 16, 3) and task.low_res_shape == (8, 8, 3)
   source, target = task.encoded('train')[0]
   assert len(source) == model.max_source_len == 192

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bpd_jax import evaluation
 from bpd_jax import losses
 from bpd_jax import train
+from bpd_jax.models import Transformer
+from bpd_jax.models import factory
 from bpd_jax.tasks import batching
 
 from train_configs import tiny_config
@@ -54,9 +57,9 @@ def test_a_few_steps_reduce_the_loss(base_run):
   config, _, model, task = base_run
   batch = batching.TrainBatches(task.encoded('train'), 32, 24, 24, 1)(0)
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
-  fresh = train.Transformer(train.model_config_from(config,
-                                                    task.vocab.vocab_size),
-                            rngs=nnx.Rngs(config.seed))
+  fresh = Transformer(factory.model_config_from(config,
+                                                task.vocab.vocab_size),
+                      rngs=nnx.Rngs(config.seed))
 
   def loss(m):
     return float(losses.heads_loss(
@@ -73,7 +76,7 @@ def test_frozen_heads_phase_leaves_the_base_bit_identical(base_run, tmp_path):
   assert_params_equal(flat(params_of(model), heads=False),
                       flat(params_of(base_model), heads=False))
   # The heads did train: they moved away from their initial values.
-  fresh = train.Transformer(model.config, rngs=nnx.Rngs(config.seed))
+  fresh = Transformer(model.config, rngs=nnx.Rngs(config.seed))
   trained, initial = (flat(params_of(m), heads=True) for m in (model, fresh))
   assert any(not np.array_equal(trained[n], initial[n]) for n in trained)
 
@@ -143,7 +146,8 @@ def test_periodic_evaluation(tmp_path):
   config = tiny_config(train=dict(base_steps=4, head_steps=4),
                        eval=dict(every=4, periodic_examples=4))
   lines = []
-  train.train(config, str(tmp_path), log=lines.append)
+  train.train(config, str(tmp_path), log=lines.append,
+              evaluate=evaluation.periodic(config))
   evals = [line for line in lines if line.startswith('eval at step')]
   assert evals and 'eval/bleu' in evals[0] and 'eval/mean_block' in evals[0]
   assert (tmp_path / 'tb').is_dir()

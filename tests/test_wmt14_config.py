@@ -15,9 +15,10 @@ import jax
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax import decode_eval
 from bpd_jax import distill
+from bpd_jax import jobs
 from bpd_jax import train
+from bpd_jax.evaluation import text
 
 from train_configs import load_config
 
@@ -108,8 +109,7 @@ def local_base(tmp_path_factory):
   config = local_config('runlocal')
   config_checks.check(config)
   model, task = train.train(config, base_dir, log=quiet)
-  return base_dir, decode_eval.report(config, base_dir, model, task,
-                                      log=quiet)
+  return base_dir, text.report(config, base_dir, model, task, log=quiet)
 
 
 def test_runlocal_base_trains_and_decodes(local_base):
@@ -136,7 +136,7 @@ def test_runlocal_heads_on_a_base_train_and_decode(local_base, tmp_path):
              for line in lines)
   assert not os.path.exists(os.path.join(heads_dir, 'vocab.model'))
   printed = []
-  decode_eval.report(config, heads_dir, model, task, log=printed.append)
+  text.report(config, heads_dir, model, task, log=printed.append)
   report = json.loads(open(os.path.join(heads_dir, 'eval_test.json')).read())
   assert [r['decoder'] for r in report['rows']] == [
       'greedy', 'blockwise k=4 top-k:2 l=2']
@@ -154,14 +154,15 @@ def test_runlocal_distilled_run(local_base, tmp_path):
   config = local_config('runlocal')
   # bpd_jax.distill shards its batches over the mesh: one device for batch 1.
   config.mesh.shape = (1,)
-  counts = distill.distill(config, base_dir, corpus, log=quiet)
+  model, task = jobs.load(config, base_dir)
+  counts = distill.distill(config, model, task, corpus, log=quiet)
   assert set(counts) == {'train', 'validation', 'test'}
   config = local_config(f'runlocal,k=2,distilled={corpus},'
                         f'init_from={base_dir}')
   config_checks.check(config)
   model, task = train.train(config, str(tmp_path / 'k2'), log=quiet)
-  report = decode_eval.report(config, str(tmp_path / 'k2'), model, task,
-                              log=quiet)
+  report = text.report(config, str(tmp_path / 'k2'), model, task,
+                       log=quiet)
   assert report['rows'][1]['identical_to_greedy'] == 1.0
 
 
@@ -176,7 +177,7 @@ def run_job(module, *flags):
     ('main', ['--config=configs/wmt14_base.py:data_dir=/nonexistent/tfds'],
      "task.data_dir='/nonexistent/tfds' does not exist"),
     ('evaluate', ['--config=configs/wmt14_base.py:runlocal'],
-     'vocab.model not found'),
+     'no checkpoints in'),  # jobs.setup: before the task (its vocabulary).
     ('main', ['--config=configs/wmt14_base.py:runlocal',
               '--config.task.splits.test=newstest2014'],
      "split 'newstest2014' is not one of"),

@@ -21,26 +21,16 @@ import time
 from absl import app
 from absl import flags
 import jax
-from ml_collections import config_flags
 
-from bpd_jax import config_checks
-from bpd_jax import decode_eval
 from bpd_jax import generate
+from bpd_jax import jobs
 from bpd_jax import tasks
-from bpd_jax import train
 from bpd_jax.bench import report
 from bpd_jax.bench import runner
+from bpd_jax.evaluation import text
 from bpd_jax.tasks import batching
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file: a Python file with get_config(arg).')
-_WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Workdir of a training run (its checkpoint and '
-    'vocabulary).')
-_INIT = flags.DEFINE_enum(
-    'init', 'checkpoint', ['checkpoint', 'random'],
-    'Weights: the latest checkpoint in --workdir, or random (machinery and '
-    'step costs only: random heads accept next to nothing).')
+_INIT = jobs.define_init()
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Where bench.json/.md/.png go (default: '
     'WORKDIR/bench).')
@@ -63,6 +53,8 @@ _QUICK = flags.DEFINE_boolean(
     'largest k, exact only, 16 sentences, 1 round, auto tuned on 16 '
     'sources (flags given explicitly keep their values).')
 
+flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir, --init.
+
 
 def _ints(name, values, low=1):
   try:
@@ -74,17 +66,9 @@ def _ints(name, values, low=1):
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
-  config_checks.check(config)
+def _options(config) -> dict:
+  """The sweep of the flags (--quick applied), checked before any work."""
   tasks.require_kind(config, 'text', job='bench')
-  workdir = _WORKDIR.value
-  if _INIT.value == 'checkpoint' and not os.path.isdir(
-      os.path.join(workdir, 'checkpoints')):
-    raise app.UsageError(f'no checkpoints in {workdir}: train first '
-                         f'(python -m bpd_jax.main) or pass --init=random.')
   heads = config.model.num_proposal_heads
   ks = _ints('ks', _KS.value or list(config.eval.ks))
   if max(ks) > heads:
@@ -106,29 +90,34 @@ def main(argv):
                             else min(calibration_examples, 16))
   if examples < 1 or repeats < 1:
     raise app.UsageError('--examples and --repeats must be >= 1.')
-  try:
-    settings = runner.sweep(ks, criteria, min_blocks,
-                            auto=calibration_examples > 0)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from error
+  settings = runner.sweep(ks, criteria, min_blocks,
+                          auto=calibration_examples > 0)
+  return dict(ks=ks, batch_sizes=batch_sizes, examples=examples,
+              repeats=repeats, calibration_examples=calibration_examples,
+              settings=settings)
+
+
+def main(argv):
+  job = jobs.setup(argv, init=_INIT.value, random_hint=True, check=_options)
+  config, model, task, workdir = job.config, job.model, job.task, job.workdir
+  options = job.options
+  ks, examples = options['ks'], options['examples']
+  repeats = options['repeats']
   output_dir = _OUTPUT_DIR.value or os.path.join(workdir, 'bench')
 
-  load = train.random_model if _INIT.value == 'random' else \
-      train.restore_model
-  model, task = load(config, workdir)
   max_source_len = model.config.max_source_len
   max_len = config.eval.max_len
   split = config.eval.split
   sources, _ = task.sources(split, max_source_len, examples)
   references = [target for _, target in task.pairs(split)[:examples]]
   batches = {b: list(batching.eval_batches(sources, b, max_source_len))
-             for b in batch_sizes}
+             for b in options['batch_sizes']}
 
   decoder = generate.Decoder(model)
   tuning = None
-  if calibration_examples:
+  if options['calibration_examples']:
     calibration, _ = task.sources('train', max_source_len,
-                                  calibration_examples)
+                                  options['calibration_examples'])
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
     tuning = generate.tune_k(
@@ -136,15 +125,15 @@ def main(argv):
         max_len=max_len, candidates=ks)
 
   def bleu(tokens):
-    return decode_eval.bleu([task.vocab.decode(row) for row in tokens],
-                            references)[0]
+    return text.bleu([task.vocab.decode(row) for row in tokens],
+                     references)[0]
 
   begin = time.perf_counter()
-  rows = runner.run(decoder, batches, settings, max_len=max_len,
+  rows = runner.run(decoder, batches, options['settings'], max_len=max_len,
                     repeats=repeats, tuning=tuning, quality=bleu,
                     progress=lambda line: print(line, flush=True))
   meta = dict(
-      config=_CONFIG.value.to_dict(), workdir=workdir, init=_INIT.value,
+      config=config.to_dict(), workdir=workdir, init=_INIT.value,
       split=split, examples=len(sources), max_len=max_len, repeats=repeats,
       quality='BLEU (sacreBLEU, detokenized)', device=str(jax.devices()[0]),
       devices=jax.device_count(), seconds=round(time.perf_counter() - begin),
@@ -155,5 +144,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main)
+  jobs.run(main)

@@ -16,8 +16,8 @@ randomly initialised model of the config: the machinery only), then
    `drafts.refinements` for every k in `drafts.ks`, timed side by side
    (`compare.py`).
 Writes OUTPUT_DIR/drafts.json (everything), drafts.md (the table),
-drafts.png (the plots), ngram.npz and lm.npz (the rescorers, reusable from
-Python: `ngram.NgramModel.load`, `lm.load`).
+drafts.png (the plots), ngram.npz and lm/ (the rescorers, reusable from
+Python: `ngram.NgramModel.load`, `lm.load`; lm/ is an Orbax checkpoint).
 """
 
 import json
@@ -29,30 +29,25 @@ from absl import flags
 import jax
 import numpy as np
 import tabulate
-from ml_collections import config_flags
 
 from bpd_jax import generate
+from bpd_jax import jobs
 from bpd_jax import tasks
-from bpd_jax import train
 from bpd_jax.drafts import analysis
 from bpd_jax.drafts import checks
 from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
-from bpd_jax.rescorers import ngram
 from bpd_jax.drafts import plots
+from bpd_jax.models import factory
+from bpd_jax.rescorers import ngram
 from bpd_jax.tasks import batching
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file: a Python file with get_config(arg).')
-_WORKDIR = flags.DEFINE_string('workdir', None,
-                               'Workdir of a training run (its checkpoint).')
-_INIT = flags.DEFINE_enum(
-    'init', 'checkpoint', ['checkpoint', 'random'],
-    'Weights: the latest checkpoint in --workdir, or random (the machinery '
-    'only: random heads accept next to nothing).')
+_INIT = jobs.define_init()
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Where the report and rescorers go (default: '
     'WORKDIR/drafts).')
+
+flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir, --init.
 
 
 def corpus(config, task) -> list[list[int]]:
@@ -69,27 +64,19 @@ def corpus(config, task) -> list[list[int]]:
     with open(d.corpus) as f:
       texts = [line.rstrip('\n') for line in f]
   texts = texts[:d.corpus_limit or None]
-  eos = [train.model_config_from(config, task.vocab.vocab_size).eos_id]
+  eos = [factory.model_config_from(config, task.vocab.vocab_size).eos_id]
   return [ids + eos for ids in task.vocab.encode_many(texts)]
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
+def _check(config) -> None:
+  """The draft job's fields, before any work."""
   tasks.require_kind(config, 'text', job='drafts')
-  workdir = _WORKDIR.value
-  if _INIT.value == 'checkpoint' and not os.path.isdir(
-      os.path.join(workdir, 'checkpoints')):
-    raise app.UsageError(f'no checkpoints in {workdir}: train first '
-                         f'(python -m bpd_jax.main) or pass --init=random.')
-  try:  # Every field, before any work.
-    checks.check(config, config.model.num_proposal_heads)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from error
-  load = train.random_model if _INIT.value == 'random' else \
-      train.restore_model
-  model, task = load(config, workdir)
+  checks.check(config, config.model.num_proposal_heads)
+
+
+def main(argv):
+  job = jobs.setup(argv, init=_INIT.value, random_hint=True, check=_check)
+  config, model, task, workdir = job.config, job.model, job.task, job.workdir
   mc = model.config
   try:
     refinements = checks.check(config, mc.num_proposal_heads, mc.vocab_size)
@@ -128,7 +115,7 @@ def main(argv):
       [target for _, target in task.pairs(config.eval.split)])]
   report['lm']['eval_loss'] = round(lm_lib.evaluate(lm, lm_lib.windows(
       held_out, d.lm_window, bos_id=mc.bos_id, eos_id=mc.eos_id)), 4)
-  lm_lib.save(lm, os.path.join(output_dir, 'lm.npz'))
+  lm_lib.save(lm, os.path.join(output_dir, 'lm'))
   log(f'rescoring LM: {report["lm"]}')
   rescorers = dict(ngram=ngram_model, neural=lm)
 
@@ -189,9 +176,8 @@ def main(argv):
   plots.write(report, os.path.join(output_dir, 'drafts.png'))
   log(table)
   log(f'Wrote {output_dir}/drafts.json, drafts.md, drafts.png, ngram.npz, '
-      f'lm.npz.')
+      f'lm/.')
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main)
+  jobs.run(main)

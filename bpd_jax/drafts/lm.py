@@ -7,7 +7,10 @@ it inside the decoding loop; it is trained here on windows of the training
 targets, a few thousand steps on a CPU.
 """
 
+import json
+import os
 import time
+import types
 from typing import Sequence
 
 import jax
@@ -16,7 +19,11 @@ import numpy as np
 import optax
 from flax import nnx
 
+from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax import optim
 from bpd_jax.models.transformer import Transformer, TransformerConfig
+
+ARCHITECTURE = 'architecture.json'  # Beside the checkpoints: what `make` needs.
 
 
 def make(vocab_size: int, window: int, *, d_model: int = 64,
@@ -66,10 +73,10 @@ def train(model: Transformer, data: np.ndarray, *, steps: int,
   if steps < 1:
     raise ValueError(f'LM training needs steps >= 1, got {steps}.')
   graphdef, params = nnx.split(model)
-  warmup = min(200, steps // 10)
-  # The cosine needs at least one step after the warm-up (steps = 1 too).
-  optimizer = optax.adamw(optax.warmup_cosine_decay_schedule(
-      0.0, learning_rate, warmup, max(steps, warmup + 1)), weight_decay=0.01)
+  # The project's optimizer (Adam, linear warm-up, rsqrt decay), unclipped.
+  optimizer = optim.make_optimizer(types.SimpleNamespace(
+      learning_rate=learning_rate, warmup_steps=max(1, min(200, steps // 10)),
+      clip_norm=0.0, grad_accum_steps=1))
   opt_state = optimizer.init(params)
 
   def loss_fn(params, batch):
@@ -113,22 +120,31 @@ def evaluate(model: Transformer, data: np.ndarray,
   return float(np.concatenate(total).mean())
 
 
-def save(model: Transformer, path: str):
-  """Writes the LM's config and weights to `path` (.npz)."""
+def save(model: Transformer, directory: str) -> None:
+  """Writes the LM to `directory`: an Orbax checkpoint of its weights
+  (`checkpoints.py`, as training runs save theirs) and its architecture."""
   config = model.config
-  leaves = jax.tree.leaves(nnx.state(model))
-  np.savez(path, vocab_size=config.vocab_size,
-           window=config.max_target_len, d_model=config.d_model,
-           layers=config.num_decoder_layers,
-           **{f'w{i}': np.asarray(x) for i, x in enumerate(leaves)})
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, ARCHITECTURE), 'w') as f:
+    json.dump(dict(vocab_size=config.vocab_size,
+                   window=config.max_target_len, d_model=config.d_model,
+                   layers=config.num_decoder_layers), f)
+  checkpoints = checkpoints_lib.Checkpoints(directory, max_to_keep=1)
+  checkpoints.save(0, dict(params=nnx.state(model)))
+  checkpoints.wait()
+  checkpoints.close()
 
 
-def load(path: str) -> Transformer:
-  """The LM `save` wrote."""
-  with np.load(path) as data:
-    model = make(int(data['vocab_size']), int(data['window']),
-                 d_model=int(data['d_model']), layers=int(data['layers']))
-    graphdef, state = nnx.split(model)
-    leaves, treedef = jax.tree_util.tree_flatten(state)
-    loaded = [jnp.asarray(data[f'w{i}']) for i in range(len(leaves))]
-  return nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, loaded))
+def load(directory: str) -> Transformer:
+  """The LM `save` wrote to `directory`."""
+  with open(os.path.join(directory, ARCHITECTURE)) as f:
+    architecture = json.load(f)
+  model = make(architecture['vocab_size'], architecture['window'],
+               d_model=architecture['d_model'], layers=architecture['layers'])
+  graphdef, state = nnx.split(model)
+  checkpoints = checkpoints_lib.Checkpoints(directory, max_to_keep=1)
+  restored = checkpoints.restore(
+      checkpoints.latest_step(),
+      checkpoints_lib.abstract_like(dict(params=state)))
+  checkpoints.close()
+  return nnx.merge(graphdef, restored['params'])

@@ -12,7 +12,7 @@ besides their own, are:
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
   max_source_len, max_target_len: low_res**2 * 3 and high_res**2 * 3.
 `check` below checks them, and the fields of the super-resolution report
-(bpd_jax/sr_eval.py) in the eval section.
+(bpd_jax/evaluation/image.py) in the eval section.
 """
 
 import collections.abc
@@ -144,7 +144,7 @@ def shapes(task) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
 def check_lengths_and_eval(config) -> None:
   """The max lengths of the task section (an image's intensities, training
   pads to them), and the super-resolution report's fields
-  (bpd_jax/sr_eval.py)."""
+  (bpd_jax/evaluation/image.py)."""
   ev, task = config.eval, config.task
   for field, side in (('max_source_len', task.low_res),
                       ('max_target_len', task.high_res)):

@@ -1,9 +1,11 @@
-"""Decode an eval split with several decoders and compare them side by side.
+"""The translation report: decoders compared side by side on an eval split.
 
 Used by the evaluate job, by periodic evaluation during training and by the
-main job's final table. Each decoder runs over the whole split after one
-compilation; the report gives quality, mean accepted block size, model calls, wall-clock, speedup over greedy decoding
-and the fraction of outputs identical to greedy's.
+main job's final table. The decoders run through the harness
+(`runner.run`, one timed round over the whole split after compiling); the
+report gives quality, mean accepted block size, model calls, wall-clock,
+speedup over greedy decoding and the fraction of outputs identical to
+greedy's.
 
 Quality is BLEU twice over, so that both kinds of published figure can be
 compared: `bleu` is sacreBLEU on detokenized output against the raw
@@ -16,94 +18,22 @@ as the Transformer paper's multi-bleu figures did (which raises them), so
 those are not directly comparable.
 """
 
-import dataclasses
 import json
 import os
-import time
 
 import jax
-import numpy as np
 import sacrebleu
 import tabulate
-from flax import nnx
 
-from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax import sharding
+from bpd_jax.evaluation import placement as placement_lib
+from bpd_jax.evaluation import runner
+from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
            'speedup', 'identical_to_greedy')
-
-
-@dataclasses.dataclass(frozen=True)
-class DecoderSpec:
-  """One decoder to compare: greedy (k = 0), blockwise, or k='auto'."""
-  k: int | str = 0
-  criterion: str = 'exact'
-  min_block: int = 1
-
-  @property
-  def name(self) -> str:
-    if not self.k:
-      return 'greedy'
-    extra = '' if self.criterion == 'exact' else f' {self.criterion}'
-    extra += f' l={self.min_block}' if self.min_block > 1 else ''
-    return f'blockwise k={self.k}{extra}'
-
-  def run(self, decoder: generate.Decoder, sources, max_len,
-          tuning=None):
-    """Decodes `sources`; `tuning` (generate.tune_k) serves k='auto'."""
-    if not self.k:
-      return decoder.greedy(sources, max_len=max_len)
-    return decoder.blockwise(
-        sources, k=self.k, max_len=max_len,
-        criterion=decoding.from_spec(self.criterion),
-        min_block=self.min_block, tuning=tuning)
-
-
-@dataclasses.dataclass(frozen=True)
-class TimedRun:
-  """One decoder over a whole eval set (see `timed_run`).
-
-  Attributes:
-    tokens: [examples, max_len] outputs, the batches' filler rows dropped.
-    lengths: [examples] output lengths.
-    model_calls: loop iterations over all batches (calls of the batch).
-    mean_block: tokens per model call, per example, over the set.
-    wall_s: seconds for all batches, after a first compiling call.
-  """
-  tokens: np.ndarray
-  lengths: np.ndarray
-  model_calls: int
-  mean_block: float
-  wall_s: float
-
-
-def timed_run(spec: DecoderSpec, decoder: generate.Decoder, batches,
-              max_len: int) -> TimedRun:
-  """Decodes every batch of (inputs, real rows) with `spec`, timed.
-
-  The first batch is decoded once before the clock starts, so the time is
-  decoding, not compilation.
-  """
-  jax.block_until_ready(spec.run(decoder, batches[0][0], max_len))
-  start = time.perf_counter()
-  results = [(spec.run(decoder, inputs, max_len), real)
-             for inputs, real in batches]
-  jax.block_until_ready([r for r, _ in results])
-  wall = time.perf_counter() - start
-  lengths = np.concatenate([np.asarray(r.lengths)[:real]
-                            for r, real in results])
-  example_calls = sum(int(np.asarray(r.model_calls)[:real].sum())
-                      for r, real in results)
-  return TimedRun(
-      tokens=np.concatenate([np.asarray(r.tokens)[:real]
-                             for r, real in results]),
-      lengths=lengths,
-      model_calls=sum(int(r.iterations) for r, _ in results),
-      mean_block=round(float(lengths.sum() / max(example_calls, 1)), 3),
-      wall_s=wall)
 
 
 def decoders_from_config(eval_config) -> list[DecoderSpec]:
@@ -148,8 +78,6 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
     dict(split, examples, truncated_sources, bleu_signature,
     bleu_intl_signature, rows), a row per decoder.
   """
-  if not decoders or decoders[0].k:
-    raise ValueError('the first decoder must be greedy (k=0).')
   pairs = task.pairs(split)[:num_examples or None]
   sources, truncated = task.sources(split, model.config.max_source_len,
                                     num_examples)
@@ -159,26 +87,25 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   references = [target for _, target in pairs]
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
-  decoder = generate.Decoder(model, mesh=mesh)
-  rows, reference_tokens, greedy_wall = [], None, None
-  for spec in decoders:
-    run = timed_run(spec, decoder, batches, max_len)
-    tokens, lengths, wall = run.tokens, run.lengths, run.wall_s
+  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
+                        decoders, max_len=max_len)
+  reference, greedy_wall = measured[0].outputs.tokens, measured[0].wall_s
+  rows = []
+  for run in measured:
+    spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
     hypotheses = [task.vocab.decode(row) for row in tokens]
     score, signature = bleu(hypotheses, references)
     score_intl, signature_intl = bleu(hypotheses, references, 'intl')
-    if reference_tokens is None:
-      reference_tokens, greedy_wall = tokens, wall
     rows.append(dict(
         decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
         min_block=spec.min_block, bleu=round(score, 2),
         bleu_intl=round(score_intl, 2),
-        mean_block=run.mean_block, model_calls=run.model_calls,
-        wall_s=round(wall, 3),
-        tokens_per_s=round(float(lengths.sum()) / wall, 1),
+        mean_block=round(run.outputs.mean_block, 3),
+        model_calls=run.outputs.iterations, wall_s=round(wall, 3),
+        tokens_per_s=round(float(run.outputs.lengths.sum()) / wall, 1),
         speedup=round(greedy_wall / wall, 3),
         identical_to_greedy=round(float(
-            (tokens == reference_tokens).all(axis=1).mean()), 4)))
+            (tokens == reference).all(axis=1).mean()), 4)))
     log(f'  {spec.name}: BLEU {score:.2f}, mean block '
         f'{rows[-1]["mean_block"]}, {wall:.2f} s')
   return dict(split=split, examples=len(pairs), truncated_sources=truncated,
@@ -186,33 +113,10 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
               rows=rows)
 
 
-def placement(model, config, mesh, log=print):
-  """(model, mesh) to decode config.eval.batch_size sentences at a time.
-
-  A batch that splits over the mesh's data axis is sharded over it, the
-  model replicated. One that does not (batch size 1, the paper's latency
-  setting, on several devices) is decoded on one device per process: each
-  process decodes the whole split alone, on its own replica of the model.
-  """
-  replicated = jax.device_put(model, jax.sharding.NamedSharding(
-      mesh, jax.sharding.PartitionSpec()))
-  data_devices = mesh.shape[config.mesh.data_axis]
-  if config.eval.batch_size % data_devices == 0:
-    return replicated, mesh
-  log(f'eval.batch_size={config.eval.batch_size} does not split over the '
-      f'{data_devices} devices of the data axis: decoding on one device '
-      f'per process.')
-  graphdef, state = nnx.split(replicated)
-  device = jax.local_devices()[0]
-  state = jax.tree.map(
-      lambda x: jax.device_put(x.addressable_data(0), device), state)
-  return nnx.merge(graphdef, state), None
-
-
 def report(config, workdir: str, model, task, log=print) -> dict:
   """Runs the comparison, prints the table, writes the JSON report."""
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
-  model, mesh = placement(model, config, mesh, log)
+  model, mesh = placement_lib.placement(model, config, mesh, log)
   log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
       f'sentences) with {len(config.eval.ks) + 1} decoders:')
   result = evaluate(

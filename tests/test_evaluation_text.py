@@ -1,11 +1,13 @@
-"""Decoder comparison on an eval split."""
+"""The translation report: decoders compared on an eval split."""
 
 import pytest
 from flax import nnx
 
-from bpd_jax import decode_eval
 from bpd_jax import tasks
-from bpd_jax import train
+from bpd_jax.evaluation import text
+from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.models import Transformer
+from bpd_jax.models import factory
 
 from train_configs import tiny_config
 
@@ -13,19 +15,19 @@ from train_configs import tiny_config
 def setup():
   config = tiny_config()
   task = tasks.load_task(config.task, '/nonexistent')
-  model = train.Transformer(
-      train.model_config_from(config, task.vocab.vocab_size),
+  model = Transformer(
+      factory.model_config_from(config, task.vocab.vocab_size),
       rngs=nnx.Rngs(0))
   return config, model, task
 
 
 def test_rows_for_every_decoder_and_exact_equals_greedy():
   config, model, task = setup()
-  decoders = decode_eval.decoders_from_config(config.eval)
+  decoders = text.decoders_from_config(config.eval)
   assert [d.name for d in decoders] == ['greedy', 'blockwise k=2',
                                         'blockwise k=3']
-  report = decode_eval.evaluate(model, task, 'validation', decoders,
-                                batch_size=3, max_len=10, log=lambda _: None)
+  report = text.evaluate(model, task, 'validation', decoders,
+                         batch_size=3, max_len=10, log=lambda _: None)
   assert report['examples'] == 8 and report['truncated_sources'] == 0
   assert report['bleu_signature'].startswith('nrefs:1')
   rows = report['rows']
@@ -40,15 +42,14 @@ def test_rows_for_every_decoder_and_exact_equals_greedy():
 def test_greedy_comes_first():
   config, model, task = setup()
   with pytest.raises(ValueError, match='the first decoder must be greedy'):
-    decode_eval.evaluate(model, task, 'validation',
-                         [decode_eval.DecoderSpec(2)], batch_size=2,
-                         max_len=5)
+    text.evaluate(model, task, 'validation', [DecoderSpec(2)],
+                  batch_size=2, max_len=5)
 
 
 def test_bleu():
-  score, signature = decode_eval.bleu(['a small cat .'], ['a small cat .'])
+  score, signature = text.bleu(['a small cat .'], ['a small cat .'])
   assert score == pytest.approx(100.0) and 'tok:13a' in signature
-  assert decode_eval.DecoderSpec(4, 'top-k:2', 2).name == (
+  assert DecoderSpec(4, 'top-k:2', 2).name == (
       'blockwise k=4 top-k:2 l=2')
 
 
@@ -56,7 +57,7 @@ def test_tokenized_bleu_splits_punctuation_as_t2t_bleu():
   # 'intl' splits the Unicode punctuation that 13a keeps attached, such as
   # German quotation marks.
   hypothesis, reference = ['er sagt „ja“ .'], ['er sagt „ ja “ .']
-  intl, signature = decode_eval.bleu(hypothesis, reference, 'intl')
-  plain, _ = decode_eval.bleu(hypothesis, reference)
+  intl, signature = text.bleu(hypothesis, reference, 'intl')
+  plain, _ = text.bleu(hypothesis, reference)
   assert 'tok:intl' in signature
   assert intl == pytest.approx(100.0) and plain < 100.0

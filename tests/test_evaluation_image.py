@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bpd_jax import decode_eval
-from bpd_jax import sr_eval
+from bpd_jax.evaluation import image
+from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.tasks.images import task as image_task
 
@@ -18,32 +18,32 @@ def test_psnr_of_a_known_error_and_of_identical_images():
   truth = np.zeros((2, 4, 4, 3), np.uint8)
   test = truth.copy()
   test[0] += 10  # MSE 100: 10 log10(255^2 / 100) = 28.13 dB.
-  assert sr_eval.psnr(truth, test) == pytest.approx(28.13, abs=0.01)
+  assert image.psnr(truth, test) == pytest.approx(28.13, abs=0.01)
   # The identical second image is left out (its PSNR is infinite).
-  assert sr_eval.psnr(truth, truth) is None
+  assert image.psnr(truth, truth) is None
 
 
 def test_ssim_is_1_for_identical_images_and_lower_otherwise():
   rng = np.random.default_rng(0)
   truth = rng.integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
-  assert sr_eval.ssim(truth, truth) == 1.0
+  assert image.ssim(truth, truth) == 1.0
   noisy = np.clip(truth + rng.normal(0, 40, truth.shape), 0, 255).astype(
       np.uint8)
-  assert sr_eval.ssim(truth, noisy) < 0.9
+  assert image.ssim(truth, noisy) < 0.9
   # Images smaller than the 7x7 window use a window of their side.
-  assert sr_eval.ssim(truth[:, :4, :4], truth[:, :4, :4]) == 1.0
+  assert image.ssim(truth[:, :4, :4], truth[:, :4, :4]) == 1.0
 
 
 def test_bicubic_keeps_a_flat_image_flat():
   low = np.full((2, 4, 4, 3), 77, np.uint8)
-  up = sr_eval.bicubic(low, 16)
+  up = image.bicubic(low, 16)
   assert up.shape == (2, 16, 16, 3) and up.dtype == np.uint8
   assert (up == 77).all()
 
 
 def test_decoders_are_greedy_then_every_k_and_criterion():
   config = train_configs.load_config('sr_demo')
-  names = [d.name for d in sr_eval.decoders_from_config(config.eval)]
+  names = [d.name for d in image.decoders_from_config(config.eval)]
   assert names[0] == 'greedy'
   assert len(names) == 1 + len(config.eval.ks) * len(config.eval.criteria)
   assert 'blockwise k=8 distance:16' in names
@@ -74,10 +74,9 @@ def tiny_image_model(high=4, low=2, seed=0):
 
 def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   task, model = tiny_image_task(), tiny_image_model()
-  decoders = [decode_eval.DecoderSpec(), decode_eval.DecoderSpec(4),
-              decode_eval.DecoderSpec(4, 'distance:255')]
-  result = sr_eval.evaluate(model, task, 'validation', decoders,
-                            batch_size=2, log=lambda m: None)
+  decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:255')]
+  result = image.evaluate(model, task, 'validation', decoders,
+                          batch_size=2, log=lambda m: None)
   bicubic, greedy, exact, loose = result['rows']
   assert bicubic['decoder'] == 'bicubic' and bicubic['psnr'] > 0
   assert exact['identical_to_greedy'] == 1.0
@@ -98,8 +97,8 @@ def test_report_writes_the_json_and_the_grid(tmp_path):
                      grid_examples=2, batch_size=1)
   config.mesh.shape = (1,)
   lines = []
-  sr_eval.report(config, str(tmp_path), tiny_image_model(), tiny_image_task(),
-                 log=lines.append)
+  image.report(config, str(tmp_path), tiny_image_model(), tiny_image_task(),
+               log=lines.append)
   report = json.loads((tmp_path / 'sr_validation.json').read_text())
   assert [r['decoder'] for r in report['rows']] == [
       'bicubic', 'greedy', 'blockwise k=2']
@@ -110,5 +109,5 @@ def test_report_writes_the_json_and_the_grid(tmp_path):
 
 def test_evaluate_needs_greedy_first():
   with pytest.raises(ValueError, match='must be greedy'):
-    sr_eval.evaluate(tiny_image_model(), tiny_image_task(), 'validation',
-                     [decode_eval.DecoderSpec(2)], batch_size=1)
+    image.evaluate(tiny_image_model(), tiny_image_task(), 'validation',
+                   [DecoderSpec(2)], batch_size=1)

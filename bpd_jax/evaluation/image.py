@@ -1,10 +1,11 @@
-"""Super-resolution evaluation: decode images, measure them, draw the grid.
+"""The super-resolution report: decode images, measure them, draw the grid.
 
 Used by the main and evaluate jobs when the task is an image task
 ('embedded_images', 'tfds_images'). Every decoder (greedy, then blockwise
 for each k in eval.ks and each criterion in eval.criteria) generates the
 high-resolution image of each low-resolution input, H * W * C intensities
-in raster order. The report gives, per decoder:
+in raster order, through the harness (`runner.run`, one timed round after
+compiling). The report gives, per decoder:
 - mean accepted block size (intensities per model call), model calls,
   wall-clock per image and speedup over greedy;
 - PSNR and SSIM against the ground truth, and against greedy's output
@@ -29,9 +30,11 @@ import tabulate
 from PIL import Image
 from skimage import metrics
 
-from bpd_jax import decode_eval
 from bpd_jax import generate
 from bpd_jax import sharding
+from bpd_jax.evaluation import placement as placement_lib
+from bpd_jax.evaluation import runner
+from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import tokens as images_lib
 
@@ -39,10 +42,10 @@ COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
            'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy')
 
 
-def decoders_from_config(eval_config) -> list[decode_eval.DecoderSpec]:
+def decoders_from_config(eval_config) -> list[DecoderSpec]:
   """Greedy first, then blockwise for every k in eval.ks and criterion."""
-  return [decode_eval.DecoderSpec()] + [
-      decode_eval.DecoderSpec(k, criterion, eval_config.min_block)
+  return [DecoderSpec()] + [
+      DecoderSpec(k, criterion, eval_config.min_block)
       for k in eval_config.ks for criterion in eval_config.criteria]
 
 
@@ -74,7 +77,7 @@ def bicubic(low: np.ndarray, size: int) -> np.ndarray:
 
 
 def evaluate(model, task, split: str,
-             decoders: list[decode_eval.DecoderSpec], *, batch_size: int,
+             decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, mesh=None, log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
@@ -92,8 +95,6 @@ def evaluate(model, task, split: str,
     dict(split, examples, image_shape, rows, outputs, low, high), a row per
     decoder and a bicubic row; outputs {decoder name: uint8 [N, H, W, C]}.
   """
-  if not decoders or decoders[0].k:
-    raise ValueError('the first decoder must be greedy (k=0).')
   shape = tuple(task.image_shape)
   max_len = int(np.prod(shape))
   low, high = task.images(split, num_examples)
@@ -102,23 +103,24 @@ def evaluate(model, task, split: str,
   sources, _ = task.sources(split, model.config.max_source_len, num_examples)
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
-  decoder = generate.Decoder(model, mesh=mesh)
+  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
+                        decoders, max_len=max_len)
   upsampled = bicubic(low, shape[0])
   rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
                ssim=ssim(high, upsampled))]
-  outputs, greedy, greedy_wall = {}, None, None
-  for spec in decoders:
-    run = decode_eval.timed_run(spec, decoder, batches, max_len)
-    tokens, wall = run.tokens, run.wall_s
+  greedy = images_lib.from_tokens(measured[0].outputs.tokens, shape)
+  greedy_wall = measured[0].wall_s
+  outputs = {}
+  for run in measured:
+    spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
     decoded = images_lib.from_tokens(tokens, shape)
-    if greedy is None:
-      greedy, greedy_wall = decoded, wall
     outputs[spec.name] = decoded
     identical = np.all(decoded == greedy, axis=(1, 2, 3))
     rows.append(dict(
         decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
         min_block=spec.min_block,
-        mean_block=run.mean_block, model_calls=run.model_calls,
+        mean_block=round(run.outputs.mean_block, 3),
+        model_calls=run.outputs.iterations,
         s_per_image=round(wall / len(decoded), 4),
         speedup=round(greedy_wall / wall, 3),
         psnr=psnr(high, decoded), ssim=ssim(high, decoded),
@@ -160,7 +162,7 @@ def write_grid(path: str, result: dict, examples: int) -> None:
 def report(config, workdir: str, model, task, log=print) -> dict:
   """Runs the comparison, prints the table, writes the JSON and the grid."""
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
-  model, mesh = decode_eval.placement(model, config, mesh, log)
+  model, mesh = placement_lib.placement(model, config, mesh, log)
   decoders = decoders_from_config(config.eval)
   shape = 'x'.join(map(str, task.image_shape))
   log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '

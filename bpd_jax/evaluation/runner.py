@@ -1,0 +1,147 @@
+"""Decoders run side by side over the same batches, and their outputs.
+
+`run` first compiles every spec (timed), then decodes all batches with
+every spec in turn, `repeats` rounds, so that the decoders interleave and
+share the machine's drifts; a spec's wall time is its median round. The
+text and image reports (one round), the bench and the drafts comparison
+all measure through it and only compute their own metrics from what it
+returns.
+"""
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from bpd_jax import decoding
+from bpd_jax import generate
+from bpd_jax.evaluation.spec import DecoderSpec
+
+# [(inputs [batch, length], real rows)]: the last batch filled up with
+# copies, only its first `real` rows count.
+Batches = Sequence[tuple[np.ndarray, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+  """One decoder's outputs over a set of batches, filler rows dropped.
+
+  Attributes:
+    tokens: [examples, max_len] outputs.
+    lengths: [examples] output lengths.
+    example_calls: model calls summed over the examples.
+    iterations: loop iterations summed over the batches (calls of a batch).
+    k: the block size decoded with (1: greedy, or 'auto' choosing greedy).
+  """
+  tokens: np.ndarray
+  lengths: np.ndarray
+  example_calls: int
+  iterations: int
+  k: int
+
+  @property
+  def mean_block(self) -> float:
+    """Tokens per model call, per example, over the set."""
+    return float(self.lengths.sum() / max(self.example_calls, 1))
+
+
+def gather(results: Sequence[decoding.DecodeResult],
+           batches: Batches) -> Outputs:
+  """The Outputs of one DecodeResult per batch, real rows only."""
+  reals = [real for _, real in batches]
+  return Outputs(
+      tokens=np.concatenate([np.asarray(r.tokens)[:real]
+                             for r, real in zip(results, reals)]),
+      lengths=np.concatenate([np.asarray(r.lengths)[:real]
+                              for r, real in zip(results, reals)]),
+      example_calls=sum(int(np.asarray(r.model_calls)[:real].sum())
+                        for r, real in zip(results, reals)),
+      iterations=sum(int(r.iterations) for r in results),
+      k=int(results[0].block_sizes.shape[1]) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+  """One spec's run (see `run`).
+
+  Attributes:
+    spec: the decoder.
+    outputs: its outputs over all batches (the last round's).
+    walls: seconds of each timed round over all batches.
+    compile_s: the first call's time less a second call's: compilation.
+    recompiles: programs compiled during the timed rounds (0 expected).
+  """
+  spec: DecoderSpec
+  outputs: Outputs
+  walls: list[float]
+  compile_s: float
+  recompiles: int
+
+  @property
+  def wall_s(self) -> float:
+    """The median round."""
+    return statistics.median(self.walls)
+
+
+def run(decoder: generate.Decoder, batches: Batches,
+        specs: Sequence[DecoderSpec], *, max_len: int, repeats: int = 1,
+        tuning=None, rescorers=None,
+        progress: Callable[[str], None] = lambda _: None
+        ) -> list[Measurement]:
+  """Compiles, then times every spec on every batch, interleaved.
+
+  Args:
+    decoder: the model's Decoder.
+    batches: [(inputs [batch, length], real rows)].
+    specs: greedy first: the reference the callers compare against.
+    max_len: most tokens generated per example.
+    repeats: timed rounds over all batches per spec.
+    tuning: `generate.tune_k`'s AutoK, for k='auto' specs.
+    rescorers: {'ngram': ..., 'neural': ...}, as the refinements need.
+    progress: one line per step.
+
+  Returns:
+    A Measurement per spec, in order.
+  """
+  if not specs or specs[0].k:
+    raise ValueError(f'the first decoder must be greedy (k=0), the '
+                     f'reference; got {specs[0].name if specs else "none"}.')
+  if any(s.k == 'auto' for s in specs) and tuning is None:
+    raise ValueError("k='auto' needs a tuning (generate.tune_k).")
+  if repeats < 1:
+    raise ValueError(f'repeats={repeats} must be >= 1.')
+
+  def decode(spec):
+    results = [spec.run(decoder, inputs, max_len, tuning, rescorers)
+               for inputs, _ in batches]
+    return jax.block_until_ready(results)
+
+  compile_s = {}
+  first_inputs = batches[0][0]
+  for i, spec in enumerate(specs):
+    progress(f'compiling {spec.name} ({i + 1}/{len(specs)})')
+    begin = time.perf_counter()
+    jax.block_until_ready(spec.run(decoder, first_inputs, max_len, tuning,
+                                   rescorers))
+    first = time.perf_counter() - begin
+    begin = time.perf_counter()
+    jax.block_until_ready(spec.run(decoder, first_inputs, max_len, tuning,
+                                   rescorers))
+    compile_s[spec] = max(first - (time.perf_counter() - begin), 0.0)
+
+  walls = {spec: [] for spec in specs}
+  recompiles = dict.fromkeys(specs, 0)
+  results = {}
+  for round_ in range(repeats):
+    progress(f'timed round {round_ + 1}/{repeats}')
+    for spec in specs:
+      before = decoder.compilations()
+      begin = time.perf_counter()
+      results[spec] = decode(spec)
+      walls[spec].append(time.perf_counter() - begin)
+      recompiles[spec] += decoder.compilations() - before
+  return [Measurement(spec, gather(results[spec], batches), walls[spec],
+                      compile_s[spec], recompiles[spec]) for spec in specs]

@@ -1,0 +1,77 @@
+"""One decoder to measure: greedy, blockwise (fixed k or 'auto'), refined.
+
+The text and image reports, the bench and the drafts comparison all
+describe what they decode with a `DecoderSpec`; `runner.run` decodes and
+times them side by side.
+"""
+
+import dataclasses
+
+from bpd_jax import decoding
+from bpd_jax import generate
+from bpd_jax.decoding import refine
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderSpec:
+  """A decoder: greedy (k = 0), blockwise (k >= 1 or 'auto'), refined.
+
+  Attributes:
+    k: block size; 0 is greedy; 'auto' lets `tuning` choose per batch.
+    criterion: verification criterion spec ('exact', 'top-k:2',
+      'distance:16', see `decoding.from_spec`).
+    min_block: minimum block size l.
+    refinement: draft refinement (Kim et al. 2024), None for plain drafts;
+      its rescorer is looked up by name in the `rescorers` given to `run`.
+    refinement_spec: the refinement as written ('ngram:p=2,t=2'), for rows.
+    name: the row's label; by default 'greedy', 'blockwise k=4 top-k:2 l=2'
+      (the reports' names; the bench and the drafts comparison give their
+      own).
+  """
+  k: int | str = 0
+  criterion: str = 'exact'
+  min_block: int = 1
+  refinement: refine.Refinement | None = None
+  refinement_spec: str = ''
+  name: str = ''
+
+  def __post_init__(self):
+    if not self.name:
+      object.__setattr__(self, 'name', self._default_name())
+
+  def _default_name(self) -> str:
+    if not self.k:
+      return 'greedy'
+    extra = '' if self.criterion == 'exact' else f' {self.criterion}'
+    extra += f' l={self.min_block}' if self.min_block > 1 else ''
+    extra += f' {self.refinement_spec}' if self.refinement_spec else ''
+    return f'blockwise k={self.k}{extra}'
+
+  @property
+  def kind(self) -> str:
+    """'greedy', 'blockwise' or 'auto' (blockwise with k='auto')."""
+    if not self.k:
+      return 'greedy'
+    return 'auto' if self.k == 'auto' else 'blockwise'
+
+  def run(self, decoder: generate.Decoder, inputs, max_len: int,
+          tuning=None, rescorers=None) -> decoding.DecodeResult:
+    """Decodes `inputs` [batch, length].
+
+    Args:
+      decoder: the model's Decoder.
+      inputs: [batch, length] token ids, right-padded.
+      max_len: most tokens generated per example.
+      tuning: `generate.tune_k`'s AutoK, for k='auto'.
+      rescorers: {'ngram': ..., 'neural': ...}, as refinements need.
+    """
+    if not self.k:
+      return decoder.greedy(inputs, max_len=max_len)
+    rescorer = None
+    if self.refinement is not None:
+      rescorer = (rescorers or {}).get(self.refinement.rescorer)
+    return decoder.blockwise(
+        inputs, k=self.k, max_len=max_len,
+        criterion=decoding.from_spec(self.criterion),
+        min_block=self.min_block, tuning=tuning,
+        refinement=self.refinement, rescorer=rescorer)

@@ -1,0 +1,78 @@
+"""Config -> model: the architecture of a config, random or restored.
+
+The training job builds its model from `model_config_from`; the evaluation,
+bench, draft and distillation jobs (through `bpd_jax/jobs.py`) take the
+latest checkpoint of a run (`restore_model`) or the config's seeded random
+weights (`random_model`). The vocabulary size comes from the task, which
+the caller loads: nothing here reads data.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax.models.positions import ImagePositions
+from bpd_jax.models.transformer import Transformer, TransformerConfig
+
+
+def model_config_from(config, vocab_size: int) -> TransformerConfig:
+  """The TransformerConfig of a config's `model` section (validated)."""
+  fields = dict(config.model)
+  image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
+  return TransformerConfig.from_size(**fields, image=image,
+                                     vocab_size=vocab_size)
+
+
+def random_model(config, vocab_size: int) -> Transformer:
+  """The config's model with its seed's random weights: what the bench and
+  draft jobs measure with --init=random, no checkpoint needed."""
+  return Transformer(model_config_from(config, vocab_size),
+                     rngs=nnx.Rngs(config.seed))
+
+
+def restore_model(config, workdir: str, vocab_size: int) -> Transformer:
+  """The config's model with the latest checkpoint's parameters in
+  WORKDIR/checkpoints (see `params_from_checkpoint` for the errors)."""
+  model = Transformer(model_config_from(config, vocab_size),
+                      rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model)
+  params = params_from_checkpoint(
+      params, os.path.join(workdir, 'checkpoints'), heads=True)
+  return nnx.merge(graphdef, params)
+
+
+def params_from_checkpoint(params: nnx.State, directory: str,
+                           heads: bool) -> nnx.State:
+  """`params` with values from the latest checkpoint of another run.
+
+  Args:
+    params: the parameters to fill (their structure, shapes and dtypes).
+    directory: a checkpoint directory (WORKDIR/checkpoints).
+    heads: take the proposal heads too; if False they keep their values
+      (a warm start of new heads on a trained base).
+
+  Raises:
+    FileNotFoundError: no checkpoint there.
+    ValueError: a parameter is missing there or has another shape.
+  """
+  saved = checkpoints_lib.restore_params_dict(directory)
+
+  def take(path, value):
+    keys = [str(getattr(p, 'key', getattr(p, 'name', p))) for p in path]
+    if keys[0] == 'heads' and not heads:
+      return value
+    node = saved
+    for key in keys:
+      node = node.get(key) if isinstance(node, dict) else None
+      if node is None:
+        raise ValueError(f'{"/".join(keys)} is not in the checkpoint in '
+                         f'{directory}: is it a run of another model?')
+    if node.shape != value.shape:
+      raise ValueError(f'{"/".join(keys)} has shape {node.shape} in '
+                       f'{directory}; the model needs {value.shape}.')
+    return jnp.asarray(node, value.dtype)
+
+  return jax.tree_util.tree_map_with_path(take, params)

@@ -1,0 +1,71 @@
+"""The harness: decoder specs, output gathering, the interleaved runner."""
+
+import types
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bpd_jax import evaluation
+from bpd_jax import generate
+from bpd_jax.evaluation import runner
+from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.models import Transformer, TransformerConfig
+
+
+def test_spec_names_and_kinds():
+  assert DecoderSpec().name == 'greedy' and DecoderSpec().kind == 'greedy'
+  assert DecoderSpec(4, 'top-k:2', 2).name == 'blockwise k=4 top-k:2 l=2'
+  assert DecoderSpec('auto').kind == 'auto'
+  assert DecoderSpec(3, refinement_spec='none:p=2').name == (
+      'blockwise k=3 none:p=2')
+  assert DecoderSpec(2, name='k=2').name == 'k=2'
+
+
+def test_gather_keeps_the_real_rows_only():
+  def result(tokens, lengths, calls, iterations, k):
+    return types.SimpleNamespace(
+        tokens=np.asarray(tokens), lengths=np.asarray(lengths),
+        model_calls=np.asarray(calls), iterations=iterations,
+        block_sizes=np.zeros((len(lengths), k + 1)))
+  batches = [(None, 2), (None, 1)]  # The second batch: one real row.
+  out = runner.gather([result([[1, 2], [3, 4]], [2, 1], [1, 1], 1, 3),
+                       result([[5, 6], [7, 8]], [2, 2], [2, 9], 2, 3)],
+                      batches)
+  np.testing.assert_array_equal(out.tokens, [[1, 2], [3, 4], [5, 6]])
+  np.testing.assert_array_equal(out.lengths, [2, 1, 2])
+  assert (out.example_calls, out.iterations, out.k) == (4, 3, 3)
+  assert out.mean_block == pytest.approx(5 / 4)
+
+
+def test_interleaved_rounds_equal_greedy_without_recompiling():
+  config = TransformerConfig(
+      vocab_size=9, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+      num_decoder_layers=1, dropout_rate=0.0, max_source_len=6,
+      max_target_len=24, num_proposal_heads=3, head_hidden=16)
+  decoder = generate.Decoder(Transformer(config, rngs=nnx.Rngs(0)))
+  rng = np.random.default_rng(0)
+  batches = [(np.concatenate([rng.integers(2, 9, (2, 5)),
+                              np.ones((2, 1), int)], axis=1), real)
+             for real in (2, 1)]
+  specs = [DecoderSpec(), DecoderSpec(3)]
+  rounds = []
+  greedy, blockwise = evaluation.run(decoder, batches, specs, max_len=12,
+                                     repeats=3, progress=rounds.append)
+  assert sum(line.startswith('timed round') for line in rounds) == 3
+  for run in (greedy, blockwise):
+    assert len(run.walls) == 3 and run.wall_s == sorted(run.walls)[1]
+    assert run.recompiles == 0
+    assert run.outputs.tokens.shape == (3, 12)
+  np.testing.assert_array_equal(blockwise.outputs.tokens,
+                                greedy.outputs.tokens)
+  assert (greedy.outputs.k, blockwise.outputs.k) == (1, 3)
+  assert greedy.outputs.example_calls == greedy.outputs.lengths.sum()
+
+
+def test_greedy_comes_first_and_auto_needs_a_tuning():
+  with pytest.raises(ValueError, match='the first decoder must be greedy'):
+    evaluation.run(None, [], [DecoderSpec(2)], max_len=4)
+  with pytest.raises(ValueError, match="k='auto' needs a tuning"):
+    evaluation.run(None, [], [DecoderSpec(), DecoderSpec('auto')],
+                   max_len=4)
