@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bpd_jax import auto_k
 from bpd_jax import generate
 from bpd_jax.bench import runner
 from bpd_jax.models import Transformer, TransformerConfig
@@ -36,7 +37,7 @@ def rows():
   batches = {b: list(batching.eval_batches(sources, b, 8)) for b in (1, 4)}
   inputs = batching.pad_rows(sources, 8)
   decoder = generate.Decoder(model)
-  tuning = generate.tune_k(decoder, inputs, max_len=10)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=10)
   settings = runner.sweep([2, 3]) + [
       runner.setting(3, 'top-k:2', 2)]
   return runner.run(decoder, batches, settings, max_len=10, repeats=2,

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax.evaluation import image
+from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.tasks.images import task as image_task
@@ -43,7 +44,7 @@ def test_bicubic_keeps_a_flat_image_flat():
 
 def test_decoders_are_greedy_then_every_k_and_criterion():
   config = train_configs.load_config('sr_demo')
-  names = [d.name for d in image.decoders_from_config(config.eval)]
+  names = [d.name for d in spec.decoders_from_config(config.eval)]
   assert names[0] == 'greedy'
   assert len(names) == 1 + len(config.eval.ks) * len(config.eval.criteria)
   assert 'blockwise k=8 distance:16' in names

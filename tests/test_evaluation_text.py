@@ -5,6 +5,7 @@ from flax import nnx
 
 from bpd_jax import tasks
 from bpd_jax.evaluation import text
+from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer
 from bpd_jax.models import factory
@@ -23,7 +24,7 @@ def setup():
 
 def test_rows_for_every_decoder_and_exact_equals_greedy():
   config, model, task = setup()
-  decoders = text.decoders_from_config(config.eval)
+  decoders = spec.decoders_from_config(config.eval)
   assert [d.name for d in decoders] == ['greedy', 'blockwise k=2',
                                         'blockwise k=3']
   report = text.evaluate(model, task, 'validation', decoders,

@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 import jax
 
+from bpd_jax import auto_k
 from bpd_jax import generate
 from bpd_jax import jobs
 from bpd_jax import tasks
@@ -120,7 +121,7 @@ def main(argv):
                                   options['calibration_examples'])
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
-    tuning = generate.tune_k(
+    tuning = auto_k.tune_k(
         decoder, batching.pad_rows(calibration, max_source_len),
         max_len=max_len, candidates=ks)
 

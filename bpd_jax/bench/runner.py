@@ -3,7 +3,7 @@
 For every batch size the runner
 1. measures the step costs T(k) of every k in the sweep (`step_costs`: one
    model call) and the cost of one iteration of the decoding loop (model
-   call, verification, bookkeeping: `Decoder.iteration_seconds`),
+   call, verification, bookkeeping: `timing.loop_iteration_seconds`),
 2. compiles every setting (timed: compile_s) and decodes all batches with
    every setting in turn, `repeats` rounds, so that greedy and blockwise
    runs interleave and share the machine's drifts; wall_s is the median
@@ -28,8 +28,10 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import evaluation
 from bpd_jax import generate
-from bpd_jax.bench import step_costs
+from bpd_jax import timing
+from bpd_jax.bench import memory
 from bpd_jax.bench import near_ties
+from bpd_jax.bench import step_costs
 from bpd_jax.evaluation import DecoderSpec
 
 COLUMNS = (
@@ -37,7 +39,8 @@ COLUMNS = (
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
-    'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb', 'memory_vs_greedy',
+    'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
+    'memory_vs_greedy',
     'recompiles')
 
 
@@ -81,7 +84,7 @@ def run(decoder: generate.Decoder,
     settings: from `sweep`; greedy first.
     max_len: most tokens generated per example.
     repeats: timed rounds over all batches per setting.
-    tuning: for the 'auto' setting (`generate.tune_k`); it measures its own
+    tuning: for the 'auto' setting (`auto_k.tune_k`); it measures its own
       loop costs while the setting compiles.
     quality: tokens [examples, max_len] -> a quality score (e.g. BLEU).
     progress: one line per step of the run.
@@ -92,7 +95,7 @@ def run(decoder: generate.Decoder,
   if not settings or settings[0].kind != 'greedy':
     raise ValueError('the first setting must be greedy (the reference).')
   if any(s.kind == 'auto' for s in settings) and tuning is None:
-    raise ValueError("the 'auto' setting needs a tuning (generate.tune_k).")
+    raise ValueError("the 'auto' setting needs a tuning (auto_k.tune_k).")
   rows = []
   for batch_size, batch_list in batches.items():
     rows += _run_batch_size(decoder, batch_size, batch_list, settings,
@@ -111,8 +114,9 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   progress(f'batch {batch_size}: step costs T(k) for k = {ks}')
   costs = step_costs.measure_all(model, ks, batch_size=batch_size,
                                  source_len=source_len, max_len=max_len)
-  loop = {k: decoder.iteration_seconds(k, batch_size, source_len, max_len)
-          for k in ks}
+  loop = {k: timing.loop_iteration_seconds(  # k = 1: greedy's loop.
+      decoder, decoding.DecodeOptions(max_len=max_len, k=k if k > 1 else 0),
+      batch_size, source_len) for k in ks}
   measured = evaluation.run(
       decoder, batch_list, settings, max_len=max_len, repeats=repeats,
       tuning=tuning, progress=lambda line: progress(
@@ -166,8 +170,9 @@ def _significant(value: float, digits: int = 4) -> float:
 def _memory(decoder, run: evaluation.Measurement, inputs, max_len) -> int:
   """Peak memory of the program the setting decoded with (at its k)."""
   if run.outputs.k == 1 and run.spec.kind != 'blockwise':
-    return generate.memory_bytes(decoder.model, inputs, max_len=max_len)
-  return generate.memory_bytes(
-      decoder.model, inputs, max_len=max_len, k=run.outputs.k,
-      criterion=decoding.from_spec(run.spec.criterion),
-      min_block=run.spec.min_block)
+    options = decoding.DecodeOptions(max_len=max_len)
+  else:
+    options = decoding.DecodeOptions.from_specs(
+        max_len=max_len, k=run.outputs.k, criterion=run.spec.criterion,
+        min_block=run.spec.min_block)
+  return memory.peak_bytes(decoder, inputs, options)

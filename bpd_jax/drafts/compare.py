@@ -26,7 +26,7 @@ def variant(k: int = 0, spec: str = '',
             refinement: refine.Refinement | None = None) -> DecoderSpec:
   """A decoder of the comparison: greedy (k = 0), plain blockwise ('k=3
   plain'), or refined by `refinement` (parsed from `spec`: 'k=3 ngram:...',
-  see `checks.parse`)."""
+  see `decoding.Refinement.from_spec`)."""
   name = f'k={k} ' + (spec or 'plain') if k else 'greedy'
   return DecoderSpec(k, refinement=refinement, refinement_spec=spec,
                      name=name)

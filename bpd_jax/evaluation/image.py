@@ -34,19 +34,13 @@ from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
+from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import tokens as images_lib
 
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
            'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy')
-
-
-def decoders_from_config(eval_config) -> list[DecoderSpec]:
-  """Greedy first, then blockwise for every k in eval.ks and criterion."""
-  return [DecoderSpec()] + [
-      DecoderSpec(k, criterion, eval_config.min_block)
-      for k in eval_config.ks for criterion in eval_config.criteria]
 
 
 def psnr(truth: np.ndarray, test: np.ndarray) -> float | None:
@@ -163,7 +157,7 @@ def report(config, workdir: str, model, task, log=print) -> dict:
   """Runs the comparison, prints the table, writes the JSON and the grid."""
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   model, mesh = placement_lib.placement(model, config, mesh, log)
-  decoders = decoders_from_config(config.eval)
+  decoders = spec_lib.decoders_from_config(config.eval)
   shape = 'x'.join(map(str, task.image_shape))
   log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
       f'images, {shape}) with {len(decoders)} decoders:')

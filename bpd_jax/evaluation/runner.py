@@ -99,7 +99,7 @@ def run(decoder: generate.Decoder, batches: Batches,
     specs: greedy first: the reference the callers compare against.
     max_len: most tokens generated per example.
     repeats: timed rounds over all batches per spec.
-    tuning: `generate.tune_k`'s AutoK, for k='auto' specs.
+    tuning: `auto_k.tune_k`'s AutoK, for k='auto' specs.
     rescorers: {'ngram': ..., 'neural': ...}, as the refinements need.
     progress: one line per step.
 
@@ -110,7 +110,7 @@ def run(decoder: generate.Decoder, batches: Batches,
     raise ValueError(f'the first decoder must be greedy (k=0), the '
                      f'reference; got {specs[0].name if specs else "none"}.')
   if any(s.k == 'auto' for s in specs) and tuning is None:
-    raise ValueError("k='auto' needs a tuning (generate.tune_k).")
+    raise ValueError("k='auto' needs a tuning (auto_k.tune_k).")
   if repeats < 1:
     raise ValueError(f'repeats={repeats} must be >= 1.')
 

@@ -54,6 +54,16 @@ class DecoderSpec:
       return 'greedy'
     return 'auto' if self.k == 'auto' else 'blockwise'
 
+  def options(self, max_len: int) -> decoding.DecodeOptions:
+    """The decode of a fixed k (greedy or blockwise; not 'auto')."""
+    if self.k == 'auto':
+      raise ValueError("k='auto' has no fixed options: its k is chosen per "
+                       "batch shape.")
+    return decoding.DecodeOptions(
+        max_len=max_len, k=self.k,
+        criterion=decoding.from_spec(self.criterion),
+        min_block=self.min_block, refinement=self.refinement)
+
   def run(self, decoder: generate.Decoder, inputs, max_len: int,
           tuning=None, rescorers=None) -> decoding.DecodeResult:
     """Decodes `inputs` [batch, length].
@@ -62,16 +72,23 @@ class DecoderSpec:
       decoder: the model's Decoder.
       inputs: [batch, length] token ids, right-padded.
       max_len: most tokens generated per example.
-      tuning: `generate.tune_k`'s AutoK, for k='auto'.
+      tuning: `auto_k.tune_k`'s AutoK, for k='auto'.
       rescorers: {'ngram': ..., 'neural': ...}, as refinements need.
     """
-    if not self.k:
-      return decoder.greedy(inputs, max_len=max_len)
+    if self.k == 'auto':
+      return decoder.blockwise(
+          inputs, k='auto', max_len=max_len,
+          criterion=decoding.from_spec(self.criterion),
+          min_block=self.min_block, tuning=tuning)
     rescorer = None
     if self.refinement is not None:
       rescorer = (rescorers or {}).get(self.refinement.rescorer)
-    return decoder.blockwise(
-        inputs, k=self.k, max_len=max_len,
-        criterion=decoding.from_spec(self.criterion),
-        min_block=self.min_block, tuning=tuning,
-        refinement=self.refinement, rescorer=rescorer)
+    return decoder.decode(inputs, self.options(max_len), rescorer=rescorer)
+
+
+def decoders_from_config(eval_config) -> list[DecoderSpec]:
+  """The reports' decoders: greedy first (the reference), then blockwise
+  for each k in eval.ks and each criterion in eval.criteria."""
+  return [DecoderSpec()] + [
+      DecoderSpec(k, criterion, eval_config.min_block)
+      for k in eval_config.ks for criterion in eval_config.criteria]

@@ -29,19 +29,12 @@ from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
+from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
            'speedup', 'identical_to_greedy')
-
-
-def decoders_from_config(eval_config) -> list[DecoderSpec]:
-  """Greedy first (the reference), then blockwise for each k in eval.ks
-  and each criterion in eval.criteria."""
-  return [DecoderSpec()] + [
-      DecoderSpec(k, criterion, eval_config.min_block)
-      for k in eval_config.ks for criterion in eval_config.criteria]
 
 
 def bleu(hypotheses: list[str], references: list[str],
@@ -120,7 +113,7 @@ def report(config, workdir: str, model, task, log=print) -> dict:
   log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
       f'sentences) with {len(config.eval.ks) + 1} decoders:')
   result = evaluate(
-      model, task, config.eval.split, decoders_from_config(config.eval),
+      model, task, config.eval.split, spec_lib.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size, max_len=config.eval.max_len,
       num_examples=config.eval.num_examples, mesh=mesh, log=log)
   if jax.process_index() == 0:
