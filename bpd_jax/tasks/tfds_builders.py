@@ -5,6 +5,7 @@ give the `tfds build` command when the data is missing. tensorflow_datasets
 is imported only when a TFDS task is used.
 """
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -66,3 +67,27 @@ def check_splits(builder, splits: Sequence[str]) -> None:
                        f'splits {known}.')
 
 
+
+
+@contextlib.contextmanager
+def opened(dataset: str, data_dir: str, splits: Sequence[str],
+           mock_examples: int = 0):
+  """The dataset's builder, its splits checked, inside TFDS mock data when
+  `mock_examples` > 0 (that many random examples a split, no data dir).
+
+  Sources opened inside the `with` keep serving mock data after it.
+
+  Raises:
+    FileNotFoundError: data_dir does not exist, or the dataset is not
+      prepared there (the message gives the `tfds build` command).
+    ValueError: no such TFDS dataset, builder config or split.
+  """
+  tfds = import_tfds()
+  mock = (tfds.testing.mock_data(num_examples=mock_examples,
+                                 policy=tfds.testing.MockPolicy.USE_CODE)
+          if mock_examples else contextlib.nullcontext())
+  with mock:
+    builder = open_builder(dataset, os.path.expanduser(data_dir),
+                           check_dir=not mock_examples)
+    check_splits(builder, list(splits))
+    yield builder

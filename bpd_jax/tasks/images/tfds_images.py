@@ -24,7 +24,6 @@ images/task.py:
     data dir needed), to try the pipeline without the dataset.
 """
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -62,15 +61,9 @@ def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
     ValueError: no such dataset or split, no such image feature, or images
       too small for high_res.
   """
-  import tensorflow_datasets as tfds
-  data_dir = os.path.expanduser(data_dir)
-  mock = (tfds.testing.mock_data(num_examples=mock_examples,
-                                 policy=tfds.testing.MockPolicy.USE_CODE)
-          if mock_examples else contextlib.nullcontext())
-  with mock:  # The sources opened inside keep serving mock data after it.
-    builder = tfds_builders.open_builder(dataset, data_dir,
-                                         check_dir=not mock_examples)
-    tfds_builders.check_splits(builder, list(splits.values()))
+  # The sources opened inside keep serving mock data after it.
+  with tfds_builders.opened(dataset, data_dir, splits.values(),
+                            mock_examples) as builder:
     features = builder.info.features
     if feature not in features:
       raise ValueError(f'{dataset} has no {feature!r} feature; features: '

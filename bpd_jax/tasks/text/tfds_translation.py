@@ -39,7 +39,6 @@ whole. Everything that can be wrong with the data dir, the dataset or a
 split name raises before any reading or training starts.
 """
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -79,15 +78,9 @@ def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
       prepared there (the message gives the `tfds build` command).
     ValueError: no such TFDS dataset, builder config or split.
   """
-  tfds = tfds_builders.import_tfds()
-  data_dir = os.path.expanduser(data_dir)
-  mock = (tfds.testing.mock_data(num_examples=mock_examples,
-                                 policy=tfds.testing.MockPolicy.USE_CODE)
-          if mock_examples else contextlib.nullcontext())
-  with mock:  # The sources opened inside keep serving mock data after it.
-    builder = tfds_builders.open_builder(dataset, data_dir,
-                                         check_dir=not mock_examples)
-    tfds_builders.check_splits(builder, list(splits.values()))
+  # The sources opened inside keep serving mock data after it.
+  with tfds_builders.opened(dataset, data_dir, splits.values(),
+                            mock_examples) as builder:
     return {name: PairSource(builder, split, source_lang, target_lang)
             for name, split in splits.items()}
 
