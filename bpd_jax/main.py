@@ -15,6 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from bpd_jax import config_checks
+from bpd_jax import console
 from bpd_jax import distributed
 from bpd_jax import decode_eval
 from bpd_jax import sr_eval
@@ -31,6 +32,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  console.setup()
   config = _CONFIG.value
   config_checks.check(config)
   distributed.initialize()
