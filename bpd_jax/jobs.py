@@ -7,7 +7,9 @@
     if __name__ == '__main__':
       jobs.run(main)
 
-`setup` does, in this order, what no job may skip: the config parsed by
+`setup` does, in this order, what no job may skip: the console set up (a
+job's own progress lines, at once even through a pipe; library INFO logs
+only with --verbosity, `console.py`), the config parsed by
 `--config` is checked (`config_checks.check`: a bad field stops before any
 work), the checkpoint to restore is looked for, the job's own checks run
 (its flags, its config section), the processes of a multi-process run join
@@ -26,6 +28,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from bpd_jax import config_checks
+from bpd_jax import console
 from bpd_jax import distributed
 from bpd_jax import tasks
 from bpd_jax.models import factory
@@ -106,6 +109,7 @@ def setup(argv, *, init: str | None = None,
       to restore.
     ValueError: a bad config field (config_checks).
   """
+  console.setup()
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   config, workdir = CONFIG.value, WORKDIR.value

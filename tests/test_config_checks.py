@@ -14,6 +14,19 @@ def test_demo_configs_pass():
   config_checks.check(demo_config('distilled=/tmp/x'))
 
 
+def test_a_config_at_every_limit_passes():
+  """Each limit is inclusive; the bad fields below are one past it."""
+  config = demo_config()
+  assert max(config.eval.ks) == 8 and config.model.max_target_len == 48
+  config.eval.update(max_len=40, min_block=2)  # 40 + 8 positions; min k.
+  config.task.update(max_source_len=config.model.max_source_len,
+                     max_target_len=config.model.max_target_len)
+  config_checks.check(config)
+  config.eval.max_len = 41
+  with pytest.raises(ValueError, match='needs 49 decoder positions'):
+    config_checks.check(config)
+
+
 @pytest.mark.parametrize('section,field,value,message', [
     ('train', 'batch_size', 0, 'train.batch_size=0 must be an integer >= 1'),
     ('train', 'learning_rate', 0.0, 'train.learning_rate=0.0 must be > 0'),
@@ -75,8 +88,13 @@ def image_config(name='embedded_images', **task_fields):
 
 
 def test_image_configs_pass():
-  config_checks.check(image_config())
-  config_checks.check(image_config('tfds_images'))
+  for name in ('embedded_images', 'tfds_images'):
+    config = image_config(name)
+    # The lengths the check derives: every intensity of the 4x4 and the
+    # 8x8 image, 3 channels, no eos.
+    assert (config.task.max_source_len, config.task.max_target_len) == (
+        4 * 4 * 3, 8 * 8 * 3)
+    config_checks.check(config)
 
 
 def test_a_missing_field_is_named():

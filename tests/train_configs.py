@@ -24,11 +24,14 @@ def tiny_config(**sections):
   """The demo config shrunk; `sections` maps 'train' etc. to field dicts."""
   config = demo_config()
   config.task.sizes = dict(train=400, validation=8)
+  # Dropout on (the demo has none), so that the resume and device-count
+  # tests cover its randomness too; the learning rate the tests were set at.
   config.model.update(d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1,
                       num_decoder_layers=1, num_proposal_heads=3,
-                      head_hidden=32)
+                      head_hidden=32, dropout_rate=0.1)
   config.train.update(batch_size=16, base_steps=12, head_steps=8,
-                      warmup_steps=5, log_every=4, checkpoint_every=6)
+                      learning_rate=2e-3, warmup_steps=5, log_every=4,
+                      checkpoint_every=6)
   config.mesh.shape = (1,)
   config.eval.update(num_examples=8, batch_size=4, ks=(2, 3), max_len=26)
   for section, fields in sections.items():

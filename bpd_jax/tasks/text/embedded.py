@@ -57,7 +57,7 @@ import functools
 import itertools
 import typing
 import zlib
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -323,105 +323,13 @@ def _target_words(sentence: _Sentence) -> list[str]:
   return words
 
 
-# Parsing: source words -> tree, for translate().
-
-_NOUN_FORMS = {**{noun.singular: (noun, False) for noun in _NOUNS},
-               **{noun.plural: (noun, True) for noun in _NOUNS}}
-# Keyed by a tuple of one or two words ("looks at").
-_VERB_FORMS = {**{tuple(verb.singular.split()): (verb, False)
-                  for verb in _VERBS},
-               **{tuple(verb.plural.split()): (verb, True)
-                  for verb in _VERBS}}
-_ADJECTIVES_BY_SOURCE = {adjective.source: adjective
-                         for adjective in _ADJECTIVES}
-_SOURCE_DETERMINERS = {**{word: word for word in _DETERMINERS}, 'an': 'a'}
+# Every word a source sentence can hold ("an" before a vowel).
 _SOURCE_WORDS = frozenset(itertools.chain(
-    _NOUN_FORMS, itertools.chain.from_iterable(_VERB_FORMS),
-    _ADJECTIVES_BY_SOURCE, _SOURCE_DETERMINERS, _PREPOSITIONS,
-    _CONJUNCTIONS, ['.']))
-
-
-class _Parser:
-  """Recursive descent over the source grammar."""
-
-  def __init__(self, source: str):
-    self._source = source
-    self._words = source.split()
-    self._position = 0
-
-  def _peek(self) -> str | None:
-    if self._position < len(self._words):
-      return self._words[self._position]
-    return None
-
-  def _error(self, expected: str) -> ValueError:
-    found = self._peek()
-    where = (f'{found!r} (word {self._position + 1})' if found is not None
-             else 'the end')
-    return ValueError(f'{self._source!r} is not a sentence of the source '
-                      f'grammar: expected {expected}, found {where}.')
-
-  def _take(self, allowed: Container[str], expected: str) -> str:
-    word = self._peek()
-    if word not in allowed:
-      raise self._error(expected)
-    self._position += 1
-    return word
-
-  def noun_phrase(self) -> _NounPhrase:
-    determiner = _SOURCE_DETERMINERS[
-        self._take(_SOURCE_DETERMINERS, 'a determiner')]
-    adjectives = []
-    while self._peek() in _ADJECTIVES_BY_SOURCE:
-      adjectives.append(_ADJECTIVES_BY_SOURCE[self._take(
-          _ADJECTIVES_BY_SOURCE, 'an adjective')])
-    noun, plural = _NOUN_FORMS.get(self._peek(), (None, False))
-    if noun is None:
-      raise self._error('an adjective or a noun')
-    if ('pl' if plural else noun.gender) not in _DETERMINERS[determiner]:
-      raise self._error(f'a noun agreeing in number with {determiner!r}')
-    self._position += 1
-    return _NounPhrase(determiner, tuple(adjectives), noun, plural)
-
-  def verb(self, subject: _NounPhrase, subordinate: bool) -> _Verb:
-    # Two words first: "looks at" is one verb.
-    for length in (2, 1):
-      key = tuple(self._words[self._position:self._position + length])
-      if key in _VERB_FORMS:
-        break
-    else:
-      raise self._error('a verb')
-    verb, plural = _VERB_FORMS[key]
-    if plural != subject.plural:
-      raise self._error('a verb agreeing in number with the subject')
-    if subordinate and verb.kind == 'clausal':
-      raise self._error('a verb without "that" in a subordinate clause')
-    self._position += len(key)
-    return verb
-
-  def clause(self, subordinate: bool) -> _Clause:
-    subject = self.noun_phrase()
-    verb = self.verb(subject, subordinate)
-    noun_object = self.noun_phrase() if verb.kind == 'transitive' else None
-    place = None
-    if verb.kind != 'clausal' and self._peek() in _PREPOSITIONS:
-      preposition = self._take(_PREPOSITIONS, 'a preposition')
-      place = _PrepositionalPhrase(preposition, self.noun_phrase())
-    return _Clause(subject, verb, noun_object, place)
-
-  def sentence(self) -> _Sentence:
-    main = self.clause(subordinate=False)
-    conjunction = subordinate = None
-    if main.verb.kind == 'clausal':
-      conjunction = self._take(('that',), '"that"')
-    elif self._peek() in _ADVERBIAL_CONJUNCTIONS:
-      conjunction = self._take(_ADVERBIAL_CONJUNCTIONS, 'a conjunction')
-    if conjunction:
-      subordinate = self.clause(subordinate=True)
-    self._take(('.',), '"."' if subordinate else '"." or a conjunction')
-    if self._peek() is not None:
-      raise self._error('nothing after "."')
-    return _Sentence(main, conjunction, subordinate)
+    (form for noun in _NOUNS for form in (noun.singular, noun.plural)),
+    (word for verb in _VERBS for form in (verb.singular, verb.plural)
+     for word in form.split()),
+    (adjective.source for adjective in _ADJECTIVES), _DETERMINERS, ['an'],
+    _PREPOSITIONS, _CONJUNCTIONS, ['.']))
 
 
 # Sampling: seeded uniforms -> trees.
@@ -573,23 +481,6 @@ def words() -> list[str]:
   Sorted, without duplicates.
   """
   return sorted(_SOURCE_WORDS | _target_vocabulary())
-
-
-def translate(source: str) -> str:
-  """The target of any sentence of the source grammar.
-
-  Args:
-    source: words separated by spaces, e.g. "the dog sees a cat ."; the
-      length limit of the corpus does not apply.
-
-  Raises:
-    ValueError: a word outside the source vocabulary (naming it), or a
-      sentence the grammar cannot produce.
-  """
-  for word in source.split():
-    if word not in _SOURCE_WORDS:
-      raise ValueError(f'unknown source word {word!r} in {source!r}.')
-  return ' '.join(_target_words(_Parser(source).sentence()))
 
 
 def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.TextTask:
