@@ -21,6 +21,7 @@ def test_a_config_at_every_limit_passes():
   config.eval.update(max_len=40, min_block=2)  # 40 + 8 positions; min k.
   config.task.update(max_source_len=config.model.max_source_len,
                      max_target_len=config.model.max_target_len)
+  config.train.bucket_lengths = (12, 16, 48)  # The last holds the longest.
   config_checks.check(config)
   config.eval.max_len = 41
   with pytest.raises(ValueError, match='needs 49 decoder positions'):
@@ -81,6 +82,7 @@ def image_config(name='embedded_images', **task_fields):
                        mock_examples=0)
   config.task.update(task_fields)
   config.model.update(max_source_len=48, max_target_len=200)
+  config.train.tokens_per_batch = 0  # Batches of train.batch_size images.
   config.eval.max_len = 192
   config.eval.grid_examples = 4
   config.eval.criteria = ('exact', 'distance:2')

@@ -22,6 +22,7 @@ TINY = ['--config=configs/demo.py:quick', '--config.task.sizes.train=400',
         '--config.model.d_ff=64', '--config.model.num_proposal_heads=1',
         '--config.train.batch_size=16', '--config.train.head_steps=0',
         '--config.train.warmup_steps=4', '--config.train.log_every=2',
+        '--config.train.tokens_per_batch=0',  # Batches of batch_size pairs.
         '--config.eval.ks=()', '--config.eval.after_training=false']
 LOSS = re.compile(r'^step (\d+)/\d+ \| loss ([0-9.]+)', re.M)
 
