@@ -1,10 +1,12 @@
 """The benchmark job, in a subprocess, as a user runs it."""
 
+import pytest
 import json
 
 from test_main import TINY, run
 
 
+@pytest.mark.slow
 def test_quick_bench_of_a_random_model(tmp_path):
   result = run('bench', *TINY, f'--workdir={tmp_path}', '--init=random',
                '--quick', '--examples=4', '--calibration_examples=4',

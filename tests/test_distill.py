@@ -11,6 +11,7 @@ import train_configs
 from train_configs import demo_config, tiny_config
 
 
+@pytest.mark.slow
 def test_distilled_corpus_trains(tmp_path):
   # Long enough that most translations are not empty (empty ones are left
   # out: a parallel corpus has no empty lines).

@@ -95,6 +95,7 @@ def run_two_processes(workdir, steps, *flags):
   return [finish(p) for p in processes]
 
 
+@pytest.mark.slow
 def test_two_processes_train_checkpoint_and_resume_as_one(tmp_path):
   first = run_two_processes(tmp_path / 'two', 6)
   # Then evaluation at batch size 1: each process decodes on one device.

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ['--config=configs/demo.py:quick', '--config.model.d_model=32',
+TINY = ['--config=configs/demo.py:quick', '--config.train.tokens_per_batch=0',
+        '--config.model.d_model=32',
         '--config.model.d_ff=64', '--config.model.num_proposal_heads=3',
         '--config.model.head_hidden=32', '--config.train.base_steps=10',
         '--config.train.head_steps=6', '--config.train.log_every=5',

@@ -116,6 +116,7 @@ def test_preempted_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     assert_params_equal(flat(params_of(resumed)), flat(params_of(whole)))
 
 
+@pytest.mark.slow
 def test_8_devices_match_1_device(tmp_path):
   # Compared by loss curve: Adam divides by the root of tiny second moments,
   # so parameters whose gradients are ~0 move by rounding noise either way.

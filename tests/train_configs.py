@@ -29,9 +29,11 @@ def tiny_config(**sections):
   config.model.update(d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1,
                       num_decoder_layers=1, num_proposal_heads=3,
                       head_hidden=32, dropout_rate=0.1)
-  config.train.update(batch_size=16, base_steps=12, head_steps=8,
-                      learning_rate=2e-3, warmup_steps=5, log_every=4,
-                      checkpoint_every=6)
+  # Fixed batches of 16 pairs (the demo buckets by length): one compiled
+  # step a phase.
+  config.train.update(batch_size=16, tokens_per_batch=0, base_steps=12,
+                      head_steps=8, learning_rate=2e-3, warmup_steps=5,
+                      log_every=4, checkpoint_every=6)
   config.mesh.shape = (1,)
   config.eval.update(num_examples=8, batch_size=4, ks=(2, 3), max_len=26)
   for section, fields in sections.items():
