@@ -14,7 +14,7 @@ greedy.
 
 Expected on a 2-core CPU (measured from a clean clone, idle machine): BLEU
 99.8 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
-2.82 / 3.49 / 4.01 for k = 2 / 4 / 6 / 8, 5.1 minutes end to end. A heads
+2.82 / 3.49 / 4.01 for k = 2 / 4 / 6 / 8, 5.1-5.8 minutes end to end. A heads
 step costs 1.8x a base step (XLA: 18.2 vs 9.9 GFLOP: the 8 heads' layers
 and vocabulary projections). Measured on that machine, one run each:
 
