@@ -100,7 +100,7 @@ class Decoder:
     if not isinstance(options, decoding.DecodeOptions):
       raise ValueError(f'options={options!r} is not a '
                        f'decoding.DecodeOptions.')
-    options.check(self.config.num_proposal_heads, self.config.vocab_size)
+    inputs = self._checked(inputs, options)
     arguments = structure = None
     if options.refinement is not None:
       refinement, arguments, structure = rescorers.bind(
@@ -109,7 +109,6 @@ class Decoder:
       options = dataclasses.replace(options, refinement=refinement)
     elif rescorer is not None:
       raise ValueError('a rescorer was given without a refinement.')
-    inputs = self._place(check_inputs(self.config, inputs, options))
     return self._decode(self._weights, self.layout(options.block), inputs,
                         options=options, rescorer_structure=structure,
                         rescorer=arguments, iterations=iterations)
@@ -193,10 +192,9 @@ class Decoder:
     """The decode's program lowered for these inputs (`jax.stages.Lowered`),
     without rescorer: what `decode` runs, for XLA's cost and memory
     analyses."""
-    options.check(self.config.num_proposal_heads, self.config.vocab_size)
     if options.refinement is not None:
       raise ValueError('lowering takes plain drafts (no refinement).')
-    inputs = self._place(check_inputs(self.config, inputs, options))
+    inputs = self._checked(inputs, options)
     return self._decode.lower(self._weights, self.layout(options.block),
                               inputs, options=options)
 
@@ -214,6 +212,11 @@ class Decoder:
         layout = dataclasses.replace(layout, vocab=vocab)
       self._layouts[k] = layout
     return self._layouts[k]
+
+  def _checked(self, inputs, options: decoding.DecodeOptions):
+    """The inputs checked against the options and placed on the mesh."""
+    options.check(self.config.num_proposal_heads, self.config.vocab_size)
+    return self._place(check_inputs(self.config, inputs, options))
 
   def _place(self, inputs: np.ndarray):
     """Shards the batch over the mesh, if any."""
