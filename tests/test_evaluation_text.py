@@ -7,6 +7,7 @@ from bpd_jax import tasks
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.tasks.text import vocab as vocab_lib
 from bpd_jax.models import Transformer
 from bpd_jax.models import factory
 
@@ -52,6 +53,20 @@ def test_bleu():
   assert score == pytest.approx(100.0) and 'tok:13a' in signature
   assert DecoderSpec(4, 'top-k:2', 2).name == (
       'blockwise k=4 top-k:2 l=2')
+
+
+def test_word_vocabulary_text_is_scored_without_the_tokenized_warning(caplog):
+  # sacreBLEU warns (on the console) when 100 lines end in ' .'; a word
+  # vocabulary's text is tokens joined by spaces by construction.
+  lines = ['a small cat .'] * 100
+  assert vocab_lib.WordVocabulary(['a']).tokenized_text
+  with caplog.at_level('WARNING'):
+    text.bleu(lines, lines)
+  assert 'detokenize' in caplog.text
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    score, _ = text.bleu(lines, lines, tokenized_text=True)
+  assert score == pytest.approx(100.0) and 'detokenize' not in caplog.text
 
 
 def test_tokenized_bleu_splits_punctuation_as_t2t_bleu():

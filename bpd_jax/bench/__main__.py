@@ -126,8 +126,8 @@ def main(argv):
         max_len=max_len, candidates=ks)
 
   def bleu(tokens):
-    return text.bleu([task.vocab.decode(row) for row in tokens],
-                     references)[0]
+    return text.bleu([task.vocab.decode(row) for row in tokens], references,
+                     tokenized_text=task.vocab.tokenized_text)[0]
 
   begin = time.perf_counter()
   rows = runner.run(decoder, batches, options['settings'], max_len=max_len,

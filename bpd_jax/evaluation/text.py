@@ -38,13 +38,16 @@ COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
 
 
 def bleu(hypotheses: list[str], references: list[str],
-         tokenize: str = '13a') -> tuple[float, str]:
+         tokenize: str = '13a', tokenized_text: bool = False
+         ) -> tuple[float, str]:
   """Corpus BLEU of detokenized text, and sacreBLEU's signature.
 
   tokenize='13a' is sacreBLEU's standard; 'intl' is the tokenized BLEU of
-  t2t-bleu (see the module docstring).
+  t2t-bleu (see the module docstring). tokenized_text: the text is tokens
+  joined by spaces by construction (a word vocabulary's), so sacreBLEU's
+  warning that it looks tokenized (printed on the console) says nothing.
   """
-  metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
+  metric = sacrebleu.metrics.BLEU(tokenize=tokenize, force=tokenized_text)
   score = metric.corpus_score(hypotheses, [references]).score
   return score, str(metric.get_signature())
 
@@ -87,8 +90,10 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   for run in measured:
     spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
     hypotheses = [task.vocab.decode(row) for row in tokens]
-    score, signature = bleu(hypotheses, references)
-    score_intl, signature_intl = bleu(hypotheses, references, 'intl')
+    tokenized = task.vocab.tokenized_text
+    score, signature = bleu(hypotheses, references, tokenized_text=tokenized)
+    score_intl, signature_intl = bleu(hypotheses, references, 'intl',
+                                      tokenized_text=tokenized)
     rows.append(dict(
         decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
         min_block=spec.min_block, bleu=round(score, 2),

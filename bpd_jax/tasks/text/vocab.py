@@ -19,7 +19,15 @@ SPECIAL_TOKENS = ('<pad>', '</s>', '<s>', '<unk>')
 
 
 class Vocabulary(abc.ABC):
-  """Maps a sentence to ids (no eos added) and ids back to a sentence."""
+  """Maps a sentence to ids (no eos added) and ids back to a sentence.
+
+  Attributes:
+    tokenized_text: its text is tokens joined by spaces ("a cat ."), not
+      detokenized prose ("a cat."): BLEU then takes it as it is, without
+      sacreBLEU's warning that the data looks tokenized.
+  """
+
+  tokenized_text = False
 
   @property
   @abc.abstractmethod
@@ -48,6 +56,8 @@ class Vocabulary(abc.ABC):
 
 class WordVocabulary(Vocabulary):
   """Whitespace-separated words, for tasks whose word list is known."""
+
+  tokenized_text = True
 
   def __init__(self, words: Iterable[str]):
     words = list(dict.fromkeys(words))  # Ordered, without duplicates.
