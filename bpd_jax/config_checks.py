@@ -5,6 +5,7 @@ must be, so a typo in a sweep fails in a second rather than after training.
 """
 
 from bpd_jax import decoding
+from bpd_jax import optim
 from bpd_jax import tasks
 from bpd_jax.models import factory
 from bpd_jax.tasks.checks import at_least
@@ -30,6 +31,9 @@ def check(config) -> None:
   _check_buckets(config)
   if not train.learning_rate > 0:
     raise ValueError(f'train.learning_rate={train.learning_rate} must be > 0.')
+  for steps in (train.base_steps, train.head_steps):
+    if steps:  # The schedule of each phase, built as training builds it.
+      optim.schedule(train, steps // train.grad_accum_steps)
   if not 0 <= train.label_smoothing < 1:
     raise ValueError(f'train.label_smoothing={train.label_smoothing} must be '
                      f'in [0, 1).')

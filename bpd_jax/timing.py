@@ -37,7 +37,18 @@ def per_iteration_seconds(run: Callable[[int], None],
   guess = max(_seconds(run, 4 * _SHORT) - _seconds(run, _SHORT), 1e-7) / (
       3 * _SHORT)
   long = int(min(max(_TARGET_SECONDS / guess, 8 * _SHORT), _MAX_LONG))
-  return max(fastest(long) - fastest(_SHORT), 0.0) / (long - _SHORT)
+  # On a loaded machine the guess can be far too high and the long loop too
+  # short to rise above the noise: time both again with the long one twice
+  # as long until it does. A slope that never does is a failed measurement,
+  # not a cost of zero.
+  while (slope := fastest(long) - (short := fastest(_SHORT))) <= 0 and (
+      long < _MAX_LONG):
+    long = min(2 * long, _MAX_LONG)
+  if slope <= 0:
+    raise RuntimeError(
+        f'timing failed: {long} iterations took no longer than {_SHORT} '
+        f'({short:.3g} s); the machine is too noisy to measure this loop.')
+  return slope / (long - _SHORT)
 
 
 def _seconds(run, n) -> float:

@@ -211,7 +211,11 @@ def train(config, workdir: str, log=print, evaluate=None):
   graphdef, params = nnx.split(model)
   param_shardings = sharding.param_shardings(params, mesh,
                                              config.mesh.param_rules)
-  tx = optim.make_optimizer(train_config)
+
+  def optimizer(phase):
+    # Per phase: each starts with fresh moments, and a linear schedule
+    # decays to zero at the end of its own phase.
+    return optim.make_optimizer(train_config, _updates(train_config, phase))
   checkpoints = checkpoints_lib.Checkpoints(
       os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints)
 
@@ -219,7 +223,7 @@ def train(config, workdir: str, log=print, evaluate=None):
     trainable = nnx.split_state(params, HEADS if phase.heads_only
                                 else nnx.Param, ...)[0]
     return dict(step=jnp.asarray(phase.start, jnp.int32), params=params,
-                opt_state=tx.init(trainable))
+                opt_state=optimizer(phase).init(trainable))
 
   def state_shardings(phase):
     abstract = jax.eval_shape(lambda p: new_state(p, phase), params)
@@ -228,7 +232,7 @@ def train(config, workdir: str, log=print, evaluate=None):
                                 else nnx.Param, ...)[0]
     # Optimizer moments are laid out like the parameters they follow.
     opt_shardings = optax.tree_map_params(
-        tx, lambda _, sharding: sharding, abstract['opt_state'], trainable,
+        optimizer(phase), lambda _, sharding: sharding, abstract['opt_state'], trainable,
         transform_non_params=lambda _: replicated)
     shardings = dict(step=replicated, params=param_shardings,
                      opt_state=opt_shardings)
@@ -259,7 +263,8 @@ def train(config, workdir: str, log=print, evaluate=None):
     while step < total:
       phase = phase_at(phases, step)
       shardings, _ = state_shardings(phase)
-      step_fn = jax.jit(make_train_step(graphdef, phase, tx, train_config,
+      step_fn = jax.jit(make_train_step(graphdef, phase, optimizer(phase),
+                                        train_config,
                                         config.seed),
                         in_shardings=(shardings, data_sharding),
                         out_shardings=(shardings, None), donate_argnums=0)
@@ -333,14 +338,19 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
   return state, step
 
 
+def _updates(train_config, phase) -> int:
+  """Optimizer updates in a phase (micro-batches accumulate into one)."""
+  return (phase.end - phase.start) // train_config.grad_accum_steps
+
+
 def _summarize(sums, steps, elapsed, train_config, phase, step) -> dict:
   tokens = sums['tokens']
   trained = tokens > 0
   summary = dict(
       loss=float(sums['loss']) / steps,
       grad_norm=float(sums['grad_norm']) / steps,
-      learning_rate=float(optim.rsqrt_schedule(
-          train_config.learning_rate, train_config.warmup_steps)(
+      learning_rate=float(optim.schedule(
+          train_config, _updates(train_config, phase))(
               (step - phase.start) // train_config.grad_accum_steps)),
       steps_per_s=steps / elapsed,
       tokens_per_s=float(tokens.max()) / elapsed)

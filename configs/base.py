@@ -42,7 +42,10 @@ def get_config():
   train.random_head = False  # One random head a step (True) or the mean of all.
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
-  train.warmup_steps = 500  # Linear warm-up, then 1/sqrt(step) decay.
+  train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.
+  # After the warm-up: 'rsqrt' (the paper's 1/sqrt(step) decay) or 'linear'
+  # (to zero at the end of each phase; better for short runs of known length).
+  train.schedule = 'rsqrt'
   train.label_smoothing = 0.1  # As in the paper.
   train.clip_norm = 1.0  # Global gradient norm clip (0: none).
   train.grad_accum_steps = 1  # Micro-batches accumulated per update.

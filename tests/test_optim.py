@@ -18,6 +18,33 @@ def test_rsqrt_schedule():
     optim.rsqrt_schedule(1e-3, 0)
 
 
+def test_linear_schedule_warms_up_then_reaches_zero_after_the_last_update():
+  schedule = optim.linear_schedule(1e-3, 100, 400)
+  np.testing.assert_allclose(schedule(0), 1e-5, rtol=1e-5)  # As rsqrt's.
+  np.testing.assert_allclose(schedule(49), 5e-4, rtol=1e-5)
+  np.testing.assert_allclose(schedule(99), 1e-3, rtol=1e-5)  # The peak.
+  np.testing.assert_allclose(schedule(249), 1e-3 * 151 / 301, rtol=1e-5)
+  np.testing.assert_allclose(schedule(399), 1e-3 / 301, rtol=1e-5)  # Last.
+  np.testing.assert_allclose(schedule(400), 0.0, atol=1e-12)
+  with pytest.raises(ValueError, match='warmup_steps=400'):
+    optim.linear_schedule(1e-3, 400, 400)
+
+
+def test_schedule_by_name_and_its_limits():
+  train = config(learning_rate=1e-3, warmup_steps=100)
+  np.testing.assert_allclose(optim.schedule(train, 400)(399), 5e-4,
+                             rtol=1e-5)  # rsqrt: no end.
+  train.schedule = 'linear'
+  np.testing.assert_allclose(optim.schedule(train, 400)(399), 1e-3 / 301,
+                             rtol=1e-5)
+  with pytest.raises(ValueError, match=r'train.warmup_steps=100 must be '
+                     r'below the 100 updates'):
+    optim.schedule(train, 100)
+  train.schedule = 'cosine'
+  with pytest.raises(ValueError, match="train.schedule='cosine'"):
+    optim.schedule(train, 400)
+
+
 def config(**overrides):
   return ml_collections.ConfigDict({**dict(
       learning_rate=0.1, warmup_steps=1, clip_norm=1.0, grad_accum_steps=1),

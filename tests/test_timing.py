@@ -33,21 +33,36 @@ def test_slope_removes_the_fixed_cost(monkeypatch, per_iteration, long):
   assert max(loop.lengths) == pytest.approx(long, abs=1)
 
 
-def test_a_long_loop_timed_faster_than_the_short_one_costs_nothing(
-    monkeypatch):
-  # Noise can make the long loop's fastest run beat the short loop's; the
-  # slope is then negative and no cost is the honest answer.
-  loop = FakeLoop(fixed=0.01, per_iteration=1e-4)
-  monkeypatch.setattr(timing.time, 'perf_counter', loop.clock)
+def noisy_short_loops(loop, delay):
+  """run(n) of `loop`, with every short loop after the first two (the
+  warm-up and the guess) `delay` seconds slow: a noisy machine."""
   short_runs = []
 
   def run(n):
     loop.run(n)
     if n == timing._SHORT:
       short_runs.append(n)
-      if len(short_runs) > 2:  # The warm-up and the guess's run stay true.
-        loop.now += 1.0  # A short loop later on is slow: a noisy machine.
-  assert timing.per_iteration_seconds(run, repeats=2) == 0.0
+      if len(short_runs) > 2:
+        loop.now += delay
+  return run
+
+
+def test_a_slope_lost_in_noise_is_timed_again_with_longer_loops(monkeypatch):
+  # The long loop of the guess (500 iterations, 0.06 s) runs faster than the
+  # slow short ones (0.11 s): the loop doubles until it is slower.
+  loop = FakeLoop(fixed=0.01, per_iteration=1e-4)
+  monkeypatch.setattr(timing.time, 'perf_counter', loop.clock)
+  cost = timing.per_iteration_seconds(noisy_short_loops(loop, 0.1), repeats=2)
+  assert max(loop.lengths) == 2000 and 0 < cost < 1e-4
+
+
+def test_a_slope_never_above_the_noise_is_an_error_not_a_zero_cost(
+    monkeypatch):
+  loop = FakeLoop(fixed=0.01, per_iteration=1e-4)
+  monkeypatch.setattr(timing.time, 'perf_counter', loop.clock)
+  with pytest.raises(RuntimeError, match='4096 iterations took no longer'):
+    timing.per_iteration_seconds(noisy_short_loops(loop, 1.0), repeats=2)
+  assert max(loop.lengths) == 4096
 
 
 def test_decoder_loop_is_timed_by_its_forced_iterations(monkeypatch):
