@@ -349,9 +349,10 @@ def _summarize(sums, steps, elapsed, train_config, phase, step) -> dict:
   summary = dict(
       loss=float(sums['loss']) / steps,
       grad_norm=float(sums['grad_norm']) / steps,
+      # The rate of the last update made (the schedule counts from 0).
       learning_rate=float(optim.schedule(
-          train_config, _updates(train_config, phase))(
-              (step - phase.start) // train_config.grad_accum_steps)),
+          train_config, _updates(train_config, phase))(max(
+              (step - phase.start) // train_config.grad_accum_steps - 1, 0))),
       steps_per_s=steps / elapsed,
       tokens_per_s=float(tokens.max()) / elapsed)
   for head in np.flatnonzero(trained):

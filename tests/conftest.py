@@ -31,3 +31,15 @@ def _release_compiled_programs():
   yield
   jax.clear_caches()
   gc.collect()
+
+
+def pytest_xdist_auto_num_workers(config):
+  """Workers of `-n auto`: one per core, at most 4.
+
+  Each worker holds its own JAX client with 8 simulated devices and its
+  compiled programs (a few GiB); more workers than cores only compete.
+  """
+  del config
+  cores = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
+           else os.cpu_count() or 1)  # The cores this process may use.
+  return max(1, min(cores, 4))

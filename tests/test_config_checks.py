@@ -35,6 +35,7 @@ def test_a_config_at_every_limit_passes():
     ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be >= 0'),
     ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be in'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
+    ('train', 'schedule', 'cosine', "train.schedule='cosine' is not one of"),
     ('eval', 'ks', (2, 9), r'eval \(ks=\(2, 9\).*k=9 must be an integer in '
      r'\[1, 8\]'),
     ('eval', 'min_block', 3, r'min_block=3 must be an integer in \[1, k=2\]'),
@@ -57,6 +58,17 @@ def test_bad_fields(section, field, value, message):
   config = demo_config()
   config[section][field] = value
   with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+
+
+def test_a_linear_schedule_needs_a_warm_up_shorter_than_each_phase():
+  config = demo_config()
+  config.train.update(schedule='linear', warmup_steps=99, base_steps=100,
+                      head_steps=200, grad_accum_steps=1)
+  config_checks.check(config)
+  config.train.grad_accum_steps = 2  # The base phase: 50 updates.
+  with pytest.raises(ValueError, match='train.warmup_steps=99 must be below '
+                     'the 50 updates of a phase'):
     config_checks.check(config)
 
 

@@ -85,29 +85,40 @@ def assert_same_or_near_tie(model, inputs, reference, result):
         f'with a top-2 margin of {margin}, not a near-tie')
 
 
-@hypothesis.settings(max_examples=30, deadline=None,
-                     suppress_health_check=[hypothesis.HealthCheck.too_slow])
-@hypothesis.given(
-    seed=st.integers(0, 2**16),
-    k=st.integers(1, MAX_HEADS),
-    batch=st.sampled_from([1, 3, 4]),
-    encoder_layers=st.sampled_from([2, 0]),
-    head_layer=st.sampled_from(['independent', 'joint']),
-    head_scale=st.sampled_from([0.0, 0.3, 1.0]),
-    max_len=st.sampled_from([5, 20]))
-def test_exact_blockwise_equals_greedy(seed, k, batch, encoder_layers,
-                                       head_layer, head_scale, max_len):
-  with jax.enable_x64(True):
-    model = random_model(seed, encoder_layers, head_layer,
-                         head_scale=head_scale)
-    inputs = random_inputs(seed, batch)
-    reference = generate.greedy(model, inputs, max_len=max_len)
-    result = generate.blockwise(model, inputs, k=k, max_len=max_len)
-    assert_same_or_near_tie(model, inputs, reference, result)
-    assert (result.model_calls <= reference.model_calls).all()
-    assert (result.block_sizes.sum(1) == result.model_calls).all()
-    np.testing.assert_array_equal(
-        (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+def exact_blockwise_equals_greedy(max_examples):
+  """The property over random models and inputs, checked on that many."""
+
+  @hypothesis.settings(max_examples=max_examples, deadline=None,
+                       suppress_health_check=[
+                           hypothesis.HealthCheck.too_slow])
+  @hypothesis.given(
+      seed=st.integers(0, 2**16),
+      k=st.integers(1, MAX_HEADS),
+      batch=st.sampled_from([1, 3, 4]),
+      encoder_layers=st.sampled_from([2, 0]),
+      head_layer=st.sampled_from(['independent', 'joint']),
+      head_scale=st.sampled_from([0.0, 0.3, 1.0]),
+      max_len=st.sampled_from([5, 20]))
+  def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len):
+    with jax.enable_x64(True):
+      model = random_model(seed, encoder_layers, head_layer,
+                           head_scale=head_scale)
+      inputs = random_inputs(seed, batch)
+      reference = generate.greedy(model, inputs, max_len=max_len)
+      result = generate.blockwise(model, inputs, k=k, max_len=max_len)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      assert (result.model_calls <= reference.model_calls).all()
+      assert (result.block_sizes.sum(1) == result.model_calls).all()
+      np.testing.assert_array_equal(
+          (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+
+  return check
+
+
+# Each example compiles two programs: 10 in the default run, 60 with slow.
+test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(10)
+test_exact_blockwise_equals_greedy_on_many_models = pytest.mark.slow(
+    exact_blockwise_equals_greedy(60))
 
 
 @pytest.mark.parametrize('k', [2, 5, 8])
@@ -125,10 +136,15 @@ def test_exact_blockwise_equals_greedy_with_local_attention(k):
     assert int(reference.lengths.max()) > 3 * 4  # Past several blocks.
 
 
-@pytest.mark.parametrize('encoder_layers', [2, 0])
-def test_every_k_from_1_to_10(encoder_layers):
+@pytest.mark.parametrize('encoder_layers, models', [
+    (2, ((1, 0.0),)), (0, ((2, 1.0),)),
+    pytest.param(2, ((2, 1.0),), marks=pytest.mark.slow),
+    pytest.param(0, ((1, 0.0),), marks=pytest.mark.slow)])
+def test_every_k_from_1_to_10(encoder_layers, models):
+  # (seed, head_scale): heads near the base's output (0.0) accept long
+  # blocks, random ones (1.0) short ones.
   with jax.enable_x64(True):
-    for seed, head_scale in ((1, 0.0), (2, 1.0)):
+    for seed, head_scale in models:
       model = random_model(seed, encoder_layers, head_scale=head_scale)
       inputs = random_inputs(seed, 4)
       reference = generate.greedy(model, inputs, max_len=24)

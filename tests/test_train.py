@@ -92,28 +92,39 @@ def test_fine_tuning_changes_the_base(base_run, tmp_path):
   assert any(not np.array_equal(before[n], after[n]) for n in before)
 
 
-def test_preempted_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
-  config = tiny_config()  # 12 base steps, then 8 head steps.
-  whole, _ = train.train(config, str(tmp_path / 'whole'), log=quiet)
-  for stop_at in ('step 8/12', 'step 12/12', 'step 16/20'):
-    workdir = str(tmp_path / stop_at.split()[1].replace('/', '_'))
-    lines = []
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  """tiny_config's run (12 base steps, then 8 head steps), not preempted."""
+  return train.train(tiny_config(), str(tmp_path_factory.mktemp('whole')),
+                     log=quiet)[0]
 
-    def preempt(line, stop_at=stop_at):
-      lines.append(line)
-      if line.startswith(stop_at):
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    with pytest.raises(train.Preempted, match='rerun the same command'):
-      train.train(config, workdir, log=preempt)
-    resumed_lines = []
-    resumed, _ = train.train(config, workdir, log=resumed_lines.append)
-    # The resume is announced before any step runs.
-    first_step = next(line for line in resumed_lines
-                      if line.startswith(('Resumed', 'step ')))
-    assert first_step.startswith('Resumed from step '
-                                 + stop_at.split()[1].split('/')[0])
-    assert_params_equal(flat(params_of(resumed)), flat(params_of(whole)))
+@pytest.mark.parametrize('stop_at', [
+    'step 12/12',  # At the phase boundary: the next phase's fresh optimizer.
+    'step 16/20',  # Inside the heads phase: its optimizer and data position.
+    pytest.param('step 8/12', marks=pytest.mark.slow)])  # Inside the first.
+def test_preempted_and_resumed_run_equals_an_uninterrupted_one(
+    tmp_path, uninterrupted, stop_at):
+  config = tiny_config()
+  workdir = str(tmp_path / stop_at.split()[1].replace('/', '_'))
+  lines = []
+
+  def preempt(line):
+    lines.append(line)
+    if line.startswith(stop_at):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  with pytest.raises(train.Preempted, match='rerun the same command'):
+    train.train(config, workdir, log=preempt)
+  resumed_lines = []
+  resumed, _ = train.train(config, workdir, log=resumed_lines.append)
+  # The resume is announced before any step runs.
+  first_step = next(line for line in resumed_lines
+                    if line.startswith(('Resumed', 'step ')))
+  assert first_step.startswith('Resumed from step '
+                               + stop_at.split()[1].split('/')[0])
+  assert_params_equal(flat(params_of(resumed)),
+                      flat(params_of(uninterrupted)))
 
 
 @pytest.mark.slow
