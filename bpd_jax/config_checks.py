@@ -31,9 +31,7 @@ def check(config) -> None:
   _check_buckets(config)
   if not train.learning_rate > 0:
     raise ValueError(f'train.learning_rate={train.learning_rate} must be > 0.')
-  for steps in (train.base_steps, train.head_steps):
-    if steps:  # The schedule of each phase, built as training builds it.
-      optim.schedule(train, steps // train.grad_accum_steps)
+  optim.schedule(train, train.base_steps)  # A known schedule name.
   if not 0 <= train.label_smoothing < 1:
     raise ValueError(f'train.label_smoothing={train.label_smoothing} must be '
                      f'in [0, 1).')

@@ -33,15 +33,16 @@ def linear_schedule(peak_learning_rate: float, warmup_steps: int,
                     total_steps: int):
   """Linear warm-up to the peak at `warmup_steps`, then linear decay over the
   remaining updates of `total_steps` (counted from 1 as in `rsqrt_schedule`),
-  reaching 0 one update after the last."""
-  if not 1 <= warmup_steps < total_steps:
-    raise ValueError(f'warmup_steps={warmup_steps} must be >= 1 and below '
-                     f'the {total_steps} updates it warms up for.')
+  reaching 0 one update after the last. A phase no longer than its warm-up
+  ends during it, as with the rsqrt schedule.
+  """
+  if warmup_steps < 1:
+    raise ValueError(f'warmup_steps={warmup_steps} must be >= 1.')
   return optax.join_schedules(
       [optax.linear_schedule(peak_learning_rate / warmup_steps,
                              peak_learning_rate, warmup_steps - 1),
        optax.linear_schedule(peak_learning_rate, 0.0,
-                             total_steps - warmup_steps + 1)],
+                             max(total_steps - warmup_steps + 1, 1))],
       [warmup_steps - 1])
 
 
@@ -53,16 +54,11 @@ def schedule(train_config, updates: int):
       'linear'; absent: 'rsqrt'), learning_rate, warmup_steps.
     updates: optimizer updates in the phase (the linear decay ends there).
   """
-  name = train_config.get('schedule', 'rsqrt')
+  name = getattr(train_config, 'schedule', 'rsqrt')
   if name == 'rsqrt':
     return rsqrt_schedule(train_config.learning_rate,
                           train_config.warmup_steps)
   if name == 'linear':
-    if not train_config.warmup_steps < updates:
-      raise ValueError(
-          f"train.schedule='linear' decays after the warm-up: "
-          f'train.warmup_steps={train_config.warmup_steps} must be below '
-          f'the {updates} updates of a phase.')
     return linear_schedule(train_config.learning_rate,
                            train_config.warmup_steps, updates)
   raise ValueError(f'train.schedule={name!r} is not one of {SCHEDULES}.')

@@ -61,17 +61,6 @@ def test_bad_fields(section, field, value, message):
     config_checks.check(config)
 
 
-def test_a_linear_schedule_needs_a_warm_up_shorter_than_each_phase():
-  config = demo_config()
-  config.train.update(schedule='linear', warmup_steps=99, base_steps=100,
-                      head_steps=200, grad_accum_steps=1)
-  config_checks.check(config)
-  config.train.grad_accum_steps = 2  # The base phase: 50 updates.
-  with pytest.raises(ValueError, match='train.warmup_steps=99 must be below '
-                     'the 50 updates of a phase'):
-    config_checks.check(config)
-
-
 def test_missing_section():
   config = demo_config()
   del config['eval']

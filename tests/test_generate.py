@@ -115,8 +115,8 @@ def exact_blockwise_equals_greedy(max_examples):
   return check
 
 
-# Each example compiles two programs: 10 in the default run, 60 with slow.
-test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(10)
+# Each example compiles two programs: 8 in the default run, 60 with slow.
+test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(8)
 test_exact_blockwise_equals_greedy_on_many_models = pytest.mark.slow(
     exact_blockwise_equals_greedy(60))
 
@@ -137,7 +137,8 @@ def test_exact_blockwise_equals_greedy_with_local_attention(k):
 
 
 @pytest.mark.parametrize('encoder_layers, models', [
-    (2, ((1, 0.0),)), (0, ((2, 1.0),)),
+    (2, ((1, 0.0),)),
+    pytest.param(0, ((2, 1.0),), marks=pytest.mark.slow),
     pytest.param(2, ((2, 1.0),), marks=pytest.mark.slow),
     pytest.param(0, ((1, 0.0),), marks=pytest.mark.slow)])
 def test_every_k_from_1_to_10(encoder_layers, models):
@@ -208,23 +209,24 @@ def test_approximate_criteria_run_and_accept_more():
     assert (forced.block_sizes[:, 1] <= 2).all()
 
 
-def test_sharded_over_8_devices_equals_unsharded():
+@pytest.mark.parametrize('encoder_layers', [
+    2, pytest.param(0, marks=pytest.mark.slow)])
+def test_sharded_over_8_devices_equals_unsharded(encoder_layers):
   assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
   mesh = jax.make_mesh((8,), ('data',),
                        axis_types=(jax.sharding.AxisType.Auto,))
   with jax.enable_x64(True):
-    for encoder_layers in (2, 0):
-      model = random_model(13, encoder_layers)
-      inputs = random_inputs(13, 8)
-      for run in (lambda **kw: generate.greedy(model, inputs, max_len=12,
-                                               **kw),
-                  lambda **kw: generate.blockwise(model, inputs, k=4,
-                                                  max_len=12, **kw)):
-        plain = run()
-        sharded = run(mesh=mesh)
-        assert len(sharded.tokens.sharding.device_set) == 8
-        np.testing.assert_array_equal(sharded.tokens, plain.tokens)
-        np.testing.assert_array_equal(sharded.model_calls, plain.model_calls)
+    model = random_model(13, encoder_layers)
+    inputs = random_inputs(13, 8)
+    for run in (lambda **kw: generate.greedy(model, inputs, max_len=12,
+                                             **kw),
+                lambda **kw: generate.blockwise(model, inputs, k=4,
+                                                max_len=12, **kw)):
+      plain = run()
+      sharded = run(mesh=mesh)
+      assert len(sharded.tokens.sharding.device_set) == 8
+      np.testing.assert_array_equal(sharded.tokens, plain.tokens)
+      np.testing.assert_array_equal(sharded.model_calls, plain.model_calls)
 
 
 def test_repeated_calls_do_not_recompile():

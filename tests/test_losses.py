@@ -29,7 +29,8 @@ def setup():
 
 # Compiled once per set of heads: eager, the draws below took half a minute.
 heads_loss = nnx.jit(losses.heads_loss, static_argnames=(
-    'first', 'count', 'label_smoothing', 'random_head', 'head1_weight'))
+    'first', 'count', 'label_smoothing', 'random_head', 'head1_weight',
+    'input_dropout'))
 
 
 def loss(model, batch, first, count, random_head=False, head_key=None):
@@ -71,10 +72,9 @@ def test_dropout_key_changes_the_loss_only_when_given():
   model, batch = setup()
   plain = loss(model, batch, 0, 1)[0]
   np.testing.assert_array_equal(plain, loss(model, batch, 0, 1)[0])
-  dropped = losses.heads_loss(model, batch, first=0, count=1,
-                              label_smoothing=0.1, random_head=False,
-                              dropout_key=jax.random.key(3),
-                              head_key=jax.random.key(0))[0]
+  dropped = heads_loss(model, batch, first=0, count=1, label_smoothing=0.1,
+                       random_head=False, dropout_key=jax.random.key(3),
+                       head_key=jax.random.key(0))[0]
   assert float(dropped) != float(plain)
 
 

@@ -26,8 +26,11 @@ def test_linear_schedule_warms_up_then_reaches_zero_after_the_last_update():
   np.testing.assert_allclose(schedule(249), 1e-3 * 151 / 301, rtol=1e-5)
   np.testing.assert_allclose(schedule(399), 1e-3 / 301, rtol=1e-5)  # Last.
   np.testing.assert_allclose(schedule(400), 0.0, atol=1e-12)
-  with pytest.raises(ValueError, match='warmup_steps=400'):
-    optim.linear_schedule(1e-3, 400, 400)
+  # A phase shorter than the warm-up ends in it, as rsqrt's would.
+  short = optim.linear_schedule(1e-3, 100, 10)
+  np.testing.assert_allclose(short(9), 1e-4, rtol=1e-5)
+  with pytest.raises(ValueError, match='warmup_steps=0'):
+    optim.linear_schedule(1e-3, 0, 400)
 
 
 def test_schedule_by_name_and_its_limits():
@@ -37,9 +40,6 @@ def test_schedule_by_name_and_its_limits():
   train.schedule = 'linear'
   np.testing.assert_allclose(optim.schedule(train, 400)(399), 1e-3 / 301,
                              rtol=1e-5)
-  with pytest.raises(ValueError, match=r'train.warmup_steps=100 must be '
-                     r'below the 100 updates'):
-    optim.schedule(train, 100)
   train.schedule = 'cosine'
   with pytest.raises(ValueError, match="train.schedule='cosine'"):
     optim.schedule(train, 400)

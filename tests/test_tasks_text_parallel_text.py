@@ -33,6 +33,36 @@ def test_errors(tmp_path):
     parallel_text.read_parallel(src, blank)
 
 
+@pytest.mark.parametrize('separator', [
+    '\u2028', '\u2029', '\x85', '\x0b', '\x0c', '\x1c', '\x1d', '\x1e'])
+def test_lines_break_at_newlines_only(tmp_path, separator):
+  # str.splitlines() breaks at each of these: one of them inside a sentence
+  # of one file shifted every later pair out of line.
+  src = write(tmp_path / 'a.en', [f'a{separator}dog .', 'a cat .'])
+  tgt = write(tmp_path / 'a.de', ['ein hund .', 'eine katze .'])
+  pairs = parallel_text.read_parallel(src, tgt)
+  assert pairs == [(f'a{separator}dog .', 'ein hund .'),
+                   ('a cat .', 'eine katze .')]
+
+
+def test_windows_line_ends_a_byte_order_mark_and_no_final_newline(tmp_path):
+  src = tmp_path / 'a.en'
+  src.write_bytes('\ufeffa dog .\r\na cat .'.encode('utf-8'))
+  assert parallel_text.read_lines(str(src)) == ['a dog .', 'a cat .']
+
+
+def test_undecodable_bytes_and_empty_files_name_the_file(tmp_path):
+  src = write(tmp_path / 'a.en', ['a dog .', 'a cat .'])
+  bad = tmp_path / 'b.de'
+  bad.write_bytes(b'ein hund .\neine \xff katze .\n')
+  with pytest.raises(ValueError, match=r'line 2 of .*b.de: byte 0xff is not '
+                     r'UTF-8'):
+    parallel_text.read_parallel(src, str(bad))
+  empty = write(tmp_path / 'c.de', [])
+  with pytest.raises(ValueError, match=r'c.de has no lines'):
+    parallel_text.read_parallel(src, empty)
+
+
 def parallel_config(tmp_path, **overrides):
   for split in ('train', 'val'):
     (tmp_path / f'{split}.en').write_text(

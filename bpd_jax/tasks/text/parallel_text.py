@@ -24,6 +24,31 @@ from bpd_jax.tasks.text import task as task_lib
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 
+def read_lines(path: str) -> list[str]:
+  """The lines of a UTF-8 text file, split at '\n' (and '\r\n') only.
+
+  str.splitlines() also breaks at U+2028, U+0085, form feeds and other
+  separators that can sit inside a sentence: one such character in one file
+  of a pair shifts every later line against the other file. A byte-order
+  mark at the start is dropped; a final newline ends the last line.
+
+  Raises:
+    ValueError: a byte sequence is not UTF-8 (naming the file and line).
+  """
+  with open(path, 'rb') as f:
+    data = f.read()
+  try:
+    text = data.decode('utf-8-sig')
+  except UnicodeDecodeError as error:
+    line = data[:error.start].count(b'\n') + 1
+    raise ValueError(f'line {line} of {path}: byte {data[error.start]:#04x} '
+                     f'is not UTF-8 ({error.reason}).') from None
+  lines = text.split('\n')
+  if lines and not lines[-1]:
+    lines.pop()  # The final newline.
+  return [line[:-1] if line.endswith('\r') else line for line in lines]
+
+
 def read_parallel(source_path: str, target_path: str,
                   limit: int | None = None) -> list[tuple[str, str]]:
   """(source, target) sentence pairs from two aligned files.
@@ -35,23 +60,25 @@ def read_parallel(source_path: str, target_path: str,
 
   Raises:
     FileNotFoundError: a file is missing.
-    ValueError: the files differ in line count, or a line is empty.
+    ValueError: a file is empty or not UTF-8, the files differ in line
+      count, or a line is empty (each naming the file, and the line).
   """
   for path in (source_path, target_path):
     if not os.path.isfile(path):
       raise FileNotFoundError(f'parallel corpus file {path} not found.')
-  with open(source_path, encoding='utf-8') as f:
-    sources = f.read().splitlines()
-  with open(target_path, encoding='utf-8') as f:
-    targets = f.read().splitlines()
+  sources, targets = read_lines(source_path), read_lines(target_path)
+  for path, lines in ((source_path, sources), (target_path, targets)):
+    if not lines:
+      raise ValueError(f'{path} has no lines: a split needs sentences.')
   if len(sources) != len(targets):
     raise ValueError(f'{source_path} has {len(sources)} lines but '
                      f'{target_path} has {len(targets)}.')
   pairs = [(s.strip(), t.strip()) for s, t in zip(sources, targets)]
   for i, (source, target) in enumerate(pairs):
     if not source or not target:
-      raise ValueError(f'line {i + 1} of {source_path if not source else target_path} '
-                       f'is empty.')
+      raise ValueError(f'line {i + 1} of '
+                       f'{source_path if not source else target_path} is '
+                       f'empty.')
   return pairs[:limit] if limit is not None else pairs
 
 
