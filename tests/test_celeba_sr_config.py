@@ -63,7 +63,8 @@ def test_runlocal_trains_and_reports_on_mock_celeba(tmp_path):
        f'--workdir={tmp_path}', '--config.eval.num_examples=2',
        '--config.eval.grid_examples=2'],
       cwd=ROOT, capture_output=True, text=True, timeout=900,
-      env={**os.environ, 'XLA_FLAGS': ''})
+      # One device; unoptimised code as in tests/conftest.py.
+      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / 'sr_test.json').read_text())
   rows = {row['decoder']: row for row in report['rows']}

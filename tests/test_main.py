@@ -21,7 +21,8 @@ def run(module, *flags):
   return subprocess.run(
       [sys.executable, '-m', f'bpd_jax.{module}', *flags], cwd=ROOT,
       capture_output=True, text=True, timeout=600,
-      env={**os.environ, 'XLA_FLAGS': ''})
+      # One device; unoptimised code as in tests/conftest.py.
+      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
 
 
 def test_train_resume_and_evaluate(tmp_path):

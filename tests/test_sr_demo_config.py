@@ -62,7 +62,8 @@ def test_quick_run_writes_the_report_and_grid(tmp_path):
       [sys.executable, '-m', 'bpd_jax.main',
        '--config=configs/sr_demo.py:quick', f'--workdir={tmp_path}'],
       cwd=ROOT, capture_output=True, text=True, timeout=1200,
-      env={**os.environ, 'XLA_FLAGS': ''})
+      # One device; unoptimised code as in tests/conftest.py.
+      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / 'sr_validation.json').read_text())
   exact = [r for r in report['rows'] if r.get('criterion') == 'exact'
