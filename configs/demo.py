@@ -13,25 +13,35 @@ model calls, wall-clock, speedup and the fraction of outputs identical to
 greedy.
 
 Expected on a 2-core CPU (measured from a clean clone, idle machine): BLEU
-99.8 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
-2.82 / 3.49 / 4.01 for k = 2 / 4 / 6 / 8, 5.1-5.8 minutes end to end. A heads
-step costs 1.8x a base step (XLA: 18.2 vs 9.9 GFLOP: the 8 heads' layers
-and vocabulary projections). Measured on that machine, one run each:
+100 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
+2.82 / 3.50 / 4.04 for k = 2 / 4 / 6 / 8, 5.9 minutes end to end (5.1-5.8
+on the same class of machine a day earlier, with the rsqrt decay: its speed
+drifts by 10-15%). Measured on such machines, one run each (BLEU, k=8
+block, minutes):
 
   1,500 + 2,000 steps, lr 2e-3, dropout 0.1, batches of 64 pairs padded to
-    24 tokens (the previous settings): BLEU 99.95, k=8 block 4.14 (9.5
-    minutes on an earlier machine of this class; not rerun here);
-  500 + 1,000 steps, lr 5e-3, no dropout, 64 pairs padded to 24: BLEU 99.1,
-    k=8 block 3.99, 6.6 minutes;
-  the same with the length buckets (this config): BLEU 99.8, 4.01, 5.1
-    minutes;
-  400 + 800 steps with the buckets: BLEU 99.6, 3.84, 4.9 minutes.
+    24 tokens (earlier settings): 99.95, 4.14, 9.5;
+  500 + 1,000 steps, rsqrt decay, 64 pairs padded to 24: 99.1, 3.99, 6.6;
+  the same with the length buckets: 99.8, 4.01, 5.1;
+  400 + 800 with the buckets, rsqrt: 99.6, 3.84, 4.9; linear (this
+    config's decay): 99.7-99.9, 3.91-3.93, 5.4 (on the slower day);
+  400 + 800, linear, d_ff 256 and head_hidden 128: 99.5, 3.71, 4.5;
+  300 + 700, linear: 99.0, 3.68; 250 + 750 at lr 8e-3: 95.1, 3.13;
+  batches of 512 tokens, 600 + 1,200 steps: 98.5, 3.39.
+
+So k=8 blocks of 4 take about this many steps; the 4 minutes a fixed cost
+would allow are not reached. Where the time goes: a 3 + 3-step run of this
+config takes 71 s (start-up ~5 s; 6 compiles of the train step, 3 bucket
+shapes in each phase, ~40 s; 5 decoders compiled and run over 500
+sentences, ~25 s), and a heads step costs 2x a base step (224 vs 113 ms on
+64 x 16 tokens): the heads' layer ~40 ms, the vocabulary projections of
+heads 2..8 ~30 ms.
 
 Dropout is off: the generated corpus is far from memorised in two epochs,
 and a step without it is ~10% faster. The random-head loss
-(`train.random_head`) costs 1.4x a base step (every head's layer still
-runs) and trains each of heads 2..8 one step in 14: per head trained, the
-mean is the cheaper loss here. With `train.freeze_base=True` the base stays
+(`train.random_head`) costs 1.7x a base step (196 ms against the mean's 224:
+every head's layer still runs) and trains each of heads 2..8 one step in
+14: per head trained, the mean is the cheaper loss here. With `train.freeze_base=True` the base stays
 bit-identical but the heads reach only 1.41 / 1.48 / 1.48 / 1.48 (measured
 with 2,500 + 1,500 steps at the previous settings), as the paper also found
 for frozen bases.
