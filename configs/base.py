@@ -44,7 +44,8 @@ def get_config():
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.
   # After the warm-up: 'rsqrt' (the paper's 1/sqrt(step) decay) or 'linear'
-  # (to zero at the end of each phase; better for short runs of known length).
+  # (to zero at the end of each phase; better for short runs of known length,
+  # but a run resumed with more steps then follows other rates).
   train.schedule = 'rsqrt'
   train.label_smoothing = 0.1  # As in the paper.
   train.clip_norm = 1.0  # Global gradient norm clip (0: none).

@@ -23,6 +23,9 @@ TINY = ['--config=configs/demo.py:quick', '--config.task.sizes.train=400',
         '--config.train.batch_size=16', '--config.train.head_steps=0',
         '--config.train.warmup_steps=4', '--config.train.log_every=2',
         '--config.train.tokens_per_batch=0',  # Batches of batch_size pairs.
+        # The test extends a 6-step run to 10 steps: a linear decay spans
+        # the phase's length, so only rsqrt's rates stay those of one run.
+        '--config.train.schedule=rsqrt',
         '--config.eval.ks=()', '--config.eval.after_training=false']
 LOSS = re.compile(r'^step (\d+)/\d+ \| loss ([0-9.]+)', re.M)
 
