@@ -41,14 +41,16 @@ def per_iteration_seconds(run: Callable[[int], None],
   # short to rise above the noise: time both again with the long one twice
   # as long until it does. A slope that never does is a failed measurement,
   # not a cost of zero.
-  while (slope := fastest(long) - (short := fastest(_SHORT))) <= 0 and (
-      long < _MAX_LONG):
+  while True:
+    short = fastest(_SHORT)
+    slope = fastest(long) - short
+    if slope > 0:
+      return slope / (long - _SHORT)
+    if long == _MAX_LONG:
+      raise RuntimeError(
+          f'timing failed: {long} iterations took no longer than {_SHORT} '
+          f'({short:.3g} s); the machine is too noisy to measure this loop.')
     long = min(2 * long, _MAX_LONG)
-  if slope <= 0:
-    raise RuntimeError(
-        f'timing failed: {long} iterations took no longer than {_SHORT} '
-        f'({short:.3g} s); the machine is too noisy to measure this loop.')
-  return slope / (long - _SHORT)
 
 
 def _seconds(run, n) -> float:

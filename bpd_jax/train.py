@@ -211,11 +211,11 @@ def train(config, workdir: str, log=print, evaluate=None):
   graphdef, params = nnx.split(model)
   param_shardings = sharding.param_shardings(params, mesh,
                                              config.mesh.param_rules)
-
-  def optimizer(phase):
-    # Per phase: each starts with fresh moments, and a linear schedule
-    # decays to zero at the end of its own phase.
-    return optim.make_optimizer(train_config, _updates(train_config, phase))
+  # One optimizer a phase: each starts with fresh moments, and a linear
+  # schedule decays to zero at the end of its own phase.
+  optimizers = {phase: optim.make_optimizer(train_config,
+                                            _updates(train_config, phase))
+                for phase in phases}
   checkpoints = checkpoints_lib.Checkpoints(
       os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints)
 
@@ -223,7 +223,7 @@ def train(config, workdir: str, log=print, evaluate=None):
     trainable = nnx.split_state(params, HEADS if phase.heads_only
                                 else nnx.Param, ...)[0]
     return dict(step=jnp.asarray(phase.start, jnp.int32), params=params,
-                opt_state=optimizer(phase).init(trainable))
+                opt_state=optimizers[phase].init(trainable))
 
   def state_shardings(phase):
     abstract = jax.eval_shape(lambda p: new_state(p, phase), params)
@@ -232,7 +232,8 @@ def train(config, workdir: str, log=print, evaluate=None):
                                 else nnx.Param, ...)[0]
     # Optimizer moments are laid out like the parameters they follow.
     opt_shardings = optax.tree_map_params(
-        optimizer(phase), lambda _, sharding: sharding, abstract['opt_state'], trainable,
+        optimizers[phase], lambda _, sharding: sharding,
+        abstract['opt_state'], trainable,
         transform_non_params=lambda _: replicated)
     shardings = dict(step=replicated, params=param_shardings,
                      opt_state=opt_shardings)
@@ -263,9 +264,8 @@ def train(config, workdir: str, log=print, evaluate=None):
     while step < total:
       phase = phase_at(phases, step)
       shardings, _ = state_shardings(phase)
-      step_fn = jax.jit(make_train_step(graphdef, phase, optimizer(phase),
-                                        train_config,
-                                        config.seed),
+      step_fn = jax.jit(make_train_step(graphdef, phase, optimizers[phase],
+                                        train_config, config.seed),
                         in_shardings=(shardings, data_sharding),
                         out_shardings=(shardings, None), donate_argnums=0)
       log(f'Phase {phase.name!r}: steps {step}..{phase.end}, heads '

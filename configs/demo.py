@@ -34,17 +34,18 @@ would allow are not reached. Where the time goes: a 3 + 3-step run of this
 config takes 71 s (start-up ~5 s; 6 compiles of the train step, 3 bucket
 shapes in each phase, ~40 s; 5 decoders compiled and run over 500
 sentences, ~25 s), and a heads step costs 2x a base step (224 vs 113 ms on
-64 x 16 tokens): the heads' layer ~40 ms, the vocabulary projections of
-heads 2..8 ~30 ms.
+64 x 16 tokens): the heads' layer ~55 ms, the vocabulary projections of
+heads 2..8 ~30 ms. Batching the heads' product over a leading head axis
+took the layer alone to 41 ms but no whole step measurably faster.
 
 Dropout is off: the generated corpus is far from memorised in two epochs,
 and a step without it is ~10% faster. The random-head loss
 (`train.random_head`) costs 1.7x a base step (196 ms against the mean's 224:
 every head's layer still runs) and trains each of heads 2..8 one step in
-14: per head trained, the mean is the cheaper loss here. With `train.freeze_base=True` the base stays
-bit-identical but the heads reach only 1.41 / 1.48 / 1.48 / 1.48 (measured
-with 2,500 + 1,500 steps at the previous settings), as the paper also found
-for frozen bases.
+14: per head trained, the mean is the cheaper loss here. With
+`train.freeze_base=True` the base stays bit-identical but the heads reach
+only 1.41 / 1.48 / 1.48 / 1.48 (measured with 2,500 + 1,500 steps at the
+previous settings), as the paper also found for frozen bases.
 
 Options (`--config=configs/demo.py:quick`): quick (a one-minute run that
 shows the pipeline, not the quality); distilled=DIR (train on a corpus

@@ -54,7 +54,8 @@ def test_bad_options(arg, message):
     train_configs.load_config('celeba_sr', arg)
 
 
-@pytest.mark.slow  # A whole training run (~30 s); the pipeline has its own tests.
+# A whole training run (~30 s); the pipeline has its own tests.
+@pytest.mark.slow
 def test_runlocal_trains_and_reports_on_mock_celeba(tmp_path):
   """The whole job on TFDS mock data: train, decode, the report and grid."""
   result = subprocess.run(

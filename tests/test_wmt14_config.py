@@ -112,7 +112,8 @@ def local_base(tmp_path_factory):
   return base_dir, text.report(config, base_dir, model, task, log=quiet)
 
 
-@pytest.mark.slow  # A whole training run (~30 s); the pipeline has its own tests.
+# A whole training run (~30 s); the pipeline has its own tests.
+@pytest.mark.slow
 def test_runlocal_base_trains_and_decodes(local_base):
   base_dir, report = local_base
   assert jax.device_count() == 8

@@ -87,10 +87,10 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
                         decoders, max_len=max_len)
   reference, greedy_wall = measured[0].outputs.tokens, measured[0].wall_s
   rows = []
+  tokenized = task.vocab.tokenized_text
   for run in measured:
     spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
     hypotheses = [task.vocab.decode(row) for row in tokens]
-    tokenized = task.vocab.tokenized_text
     score, signature = bleu(hypotheses, references, tokenized_text=tokenized)
     score_intl, signature_intl = bleu(hypotheses, references, 'intl',
                                       tokenized_text=tokenized)
