@@ -13,10 +13,10 @@ model calls, wall-clock, speedup and the fraction of outputs identical to
 greedy.
 
 Expected on a 2-core CPU (measured from a clean clone, idle machine): BLEU
-100 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
-2.82 / 3.50 / 4.04 for k = 2 / 4 / 6 / 8, 5.9 minutes end to end (5.1-5.8
-on the same class of machine a day earlier, with the rsqrt decay: its speed
-drifts by 10-15%). Measured on such machines, one run each (BLEU, k=8
+100 for every decoder, identical_to_greedy 1.0, mean accepted block 1.77 /
+2.83 / 3.50 / 4.04 for k = 2 / 4 / 6 / 8, 5.9-7.0 minutes end to end (two
+runs an hour apart: the machine's speed drifts by 20%; 5.1-5.8 a day earlier
+with the rsqrt decay). Measured on such machines, one run each (BLEU, k=8
 block, minutes):
 
   1,500 + 2,000 steps, lr 2e-3, dropout 0.1, batches of 64 pairs padded to
