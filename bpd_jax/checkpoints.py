@@ -1,48 +1,194 @@
-"""Orbax checkpoints of the training state.
+"""Orbax checkpoints of the training state, verified when read back.
 
 Saves are atomic (Orbax writes to a temporary directory and renames it), the
 newest `max_to_keep` are kept, and a restore goes straight into the target
 shardings given by abstract arrays (`jax.ShapeDtypeStruct`s with sharding).
+
+Orbax reads back what the files hold: a flipped byte inside a compressed
+chunk can decode to other numbers without an error. So each step also holds
+a checksum of every array (`checksums`, two odd-weighted sums of its bits
+modulo 2**32, computed on the devices from the global array: one value
+whatever the mesh), and every restore recomputes and compares them. A
+damaged, partial or unreadable step is reported in one line naming the
+step and the array or file; `restore_latest` then takes the newest intact
+step instead.
+
+A save runs in the background; a failed one (disk full, no permission) is
+raised as `errors.SaveError` by the next `check`, `save` or `wait`.
 """
 
+import contextlib
 import os
+import re
+import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from bpd_jax import errors
+
+_STATE, _CHECKSUMS = 'state', 'checksums'
+
+
+class Damaged(errors.CheckpointError):
+  """One step cannot be read back intact (the message names what)."""
 
 
 class Checkpoints:
   """The checkpoints of one training run (a directory of numbered steps)."""
 
-  def __init__(self, directory: str, max_to_keep: int = 3):
+  def __init__(self, directory: str, max_to_keep: int = 3, log=print,
+               read_only: bool = False):
+    """A run's checkpoint directory (created unless `read_only`).
+
+    Args:
+      directory: WORKDIR/checkpoints.
+      max_to_keep: the newest steps kept; older ones are deleted.
+      log: where fallbacks to an older step are reported.
+      read_only: only restores (another run's checkpoints).
+    """
     if max_to_keep < 1:
       raise ValueError(f'max_to_keep={max_to_keep} must be >= 1.')
     self.directory = os.path.abspath(directory)
+    self._log = log
+    # Orbax's own read_only option logs three warnings; create=False and no
+    # saves read as well.
+    options = (ocp.CheckpointManagerOptions(create=False) if read_only
+               else ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
+                                                 create=True))
     self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
-                                             create=True))
+        self.directory, options=options,
+        item_handlers={_STATE: ocp.PyTreeCheckpointHandler(),
+                       _CHECKSUMS: ocp.JsonCheckpointHandler()})
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def save(self, step: int, state) -> None:
-    """Starts saving `state` (a pytree of arrays) as `step`; see `wait`."""
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state)), force=True)
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
 
-  def restore(self, step: int, abstract_state):
-    """The state saved at `step`, shaped and sharded as `abstract_state`."""
-    return self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state)))['state']
+  def save(self, step: int, state) -> None:
+    """Starts saving `state` (a pytree of arrays) as `step`; see `wait`.
+
+    Raises:
+      errors.SaveError: an earlier save failed.
+    """
+    self.check()
+    sums = checksums(state)  # Before returning: the caller may donate state.
+    with _save_errors(self.directory):
+      self._manager.save(step, args=ocp.args.Composite(**{
+          _STATE: ocp.args.PyTreeSave(state),
+          _CHECKSUMS: ocp.args.JsonSave(sums)}), force=True)
+
+  def check(self) -> None:
+    """Raises errors.SaveError if a save that has finished failed.
+
+    Orbax keeps a failed save's error for `wait_until_finished` (its
+    check_for_errors does not see a failed finalisation), which returns at
+    once when no save is in flight.
+    """
+    with _save_errors(self.directory):
+      if not self._manager.is_saving_in_progress():
+        self._manager.wait_until_finished()
+
+  def restore(self, step: int, abstract_state, only: str | None = None):
+    """The state saved at `step`, shaped and sharded as `abstract_state`.
+
+    Args:
+      step: a saved step.
+      abstract_state: ShapeDtypeStructs (with sharding) of the saved state,
+        or of its `only` subtree; None: numpy arrays, as saved.
+      only: restore this top-level entry alone (e.g. 'params': an
+        evaluation needs no optimizer state, and damage to that alone does
+        not stop it); the result is {only: subtree}.
+
+    Raises:
+      Damaged: the step cannot be read back intact.
+    """
+    step_dir = os.path.join(self.directory, str(step))
+    try:
+      with _quiet_unraisable():
+        if abstract_state is None:
+          tree = self._manager.item_metadata(step)[_STATE].tree
+          item = {only: tree[only]} if only else tree
+          restore_args = jax.tree.map(
+              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+        else:
+          item = {only: abstract_state} if only else abstract_state
+          restore_args = ocp.checkpoint_utils.construct_restore_args(item)
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{
+            _STATE: ocp.args.PyTreeRestore(item, restore_args=restore_args,
+                                           partial_restore=bool(only))}))
+    except Exception as error:  # Orbax/TensorStore raise many kinds.
+      raise Damaged(f'checkpoint step {step} in {self.directory} cannot be '
+                    f'read: {_reason(error, step_dir)}') from error
+    state = restored[_STATE]
+    expected = self._saved_checksums(step, step_dir)
+    if expected is not None:
+      _verify(state, expected, step, self.directory)
+    return state
+
+  def restore_latest(self, abstract_for, only: str | None = None):
+    """(step, state) of the newest step that reads back intact.
+
+    Args:
+      abstract_for: step -> the abstract state to restore that step into
+        (it may depend on the step: a phase's optimizer state), or None.
+      only: as in `restore`.
+
+    Returns:
+      (None, None) if the directory holds no step.
+
+    Raises:
+      errors.CheckpointError: no step reads back intact (naming each).
+    """
+    failures = []
+    for step in reversed(self.all_steps()):
+      try:
+        state = self.restore(step, abstract_for(step), only=only)
+      except Damaged as damaged:
+        self._log(f'{damaged}; trying an older step.')
+        failures.append(str(damaged))
+        continue
+      if failures:
+        self._log(f'Using step {step}, the newest intact checkpoint in '
+                  f'{self.directory}.')
+      return step, state
+    if failures:
+      raise errors.CheckpointError(
+          f'no checkpoint in {self.directory} reads back intact '
+          f'({len(failures)} tried; newest: {failures[0]}).')
+    return None, None
 
   def wait(self) -> None:
-    """Blocks until saves in flight are on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until saves in flight are on disk.
+
+    Raises:
+      errors.SaveError: one of them failed.
+    """
+    with _save_errors(self.directory):
+      self._manager.wait_until_finished()
+      self._manager.check_for_errors()
 
   def close(self) -> None:
-    self._manager.close()
+    """Waits for saves in flight and releases the directory (see `wait`)."""
+    with _save_errors(self.directory):
+      self._manager.close()
+
+  def _saved_checksums(self, step: int, step_dir: str) -> dict | None:
+    if not os.path.isdir(os.path.join(step_dir, _CHECKSUMS)):
+      self._log(f'Checkpoint step {step} in {self.directory} has no '
+                f'checksums (an older version wrote it): read unverified.')
+      return None
+    try:
+      return self._manager.restore(step, args=ocp.args.Composite(**{
+          _CHECKSUMS: ocp.args.JsonRestore()}))[_CHECKSUMS]
+    except Exception as error:
+      raise Damaged(f'checkpoint step {step} in {self.directory}: its '
+                    f'checksums cannot be read ({_reason(error, step_dir)})'
+                    ) from error
 
 
 def abstract_like(state, shardings=None):
@@ -54,22 +200,132 @@ def abstract_like(state, shardings=None):
       state, shardings)
 
 
-def restore_params_dict(directory: str) -> dict:
-  """The `params` of the latest checkpoint in `directory`, as nested dicts.
+def restore_params_dict(directory: str, log=print) -> dict:
+  """The `params` of the newest intact checkpoint in `directory`, as nested
+  dicts of numpy arrays (the optimizer state is not read).
 
-  For warm starts from another run, whose model may differ (other heads):
-  no target structure is needed; arrays come back as numpy.
+  For warm starts and evaluation of a run whose model may differ from the
+  caller's (other heads): no target structure is needed.
 
   Raises:
-    FileNotFoundError: no checkpoint in `directory`.
+    errors.MissingFileError: no checkpoint in `directory`.
+    errors.CheckpointError: none reads back intact.
   """
   directory = os.path.abspath(directory)
-  manager = ocp.CheckpointManager(directory)
-  step = manager.latest_step()
+  if not os.path.isdir(directory):
+    raise errors.MissingFileError(f'no checkpoint in {directory}: the '
+                                  f'directory does not exist.')
+  store = Checkpoints(directory, log=log, read_only=True)
+  try:
+    step, restored = store.restore_latest(lambda _: None, only='params')
+  finally:
+    store.close()
   if step is None:
-    raise FileNotFoundError(f'no checkpoint in {directory} to warm-start '
-                            f'from.')
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore()))['state']
-  manager.close()
-  return jax.tree.map(np.asarray, restored['params'])
+    raise errors.MissingFileError(f'no checkpoint in {directory}.')
+  return restored['params']
+
+
+def checksums(tree) -> dict[str, str]:
+  """{array path: checksum} of a pytree of arrays (jax or numpy).
+
+  Each checksum is two sums of the array's bits as uint32 words, weighted
+  by odd numbers (so any change to one word changes them), modulo 2**32:
+  exact integer arithmetic, the same on every backend and sharding.
+  """
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  sums = _device_checksums([leaf for _, leaf in leaves])
+  return {_path_name(path): f'{int(a):08x}{int(b):08x}'
+          for (path, _), (a, b) in zip(leaves, sums)}
+
+
+@jax.jit
+def _device_checksums(arrays):
+  def one(x):
+    words = _words(x)
+    index = jnp.arange(words.size, dtype=jnp.uint32)
+    first = jnp.sum(words * (2 * index + 1), dtype=jnp.uint32)
+    second = jnp.sum(words * (index * jnp.uint32(0x9E3779B1) | 1),
+                     dtype=jnp.uint32)
+    return jnp.stack([first, second])
+  return [one(x) for x in arrays]
+
+
+def _words(x):
+  """The bits of `x` as a flat uint32 vector (one word per element, two
+  for 8-byte dtypes)."""
+  if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  if x.dtype == jnp.bool_:
+    x = x.astype(jnp.uint8)
+  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}
+  if x.dtype.itemsize not in unsigned:
+    raise TypeError(f'cannot checksum dtype {x.dtype}.')
+  return jax.lax.bitcast_convert_type(
+      x, unsigned[x.dtype.itemsize]).reshape(-1).astype(jnp.uint32)
+
+
+def _verify(state, expected: dict, step: int, directory: str) -> None:
+  actual = checksums(state)
+  for name, value in actual.items():
+    if name not in expected:
+      raise Damaged(f'checkpoint step {step} in {directory}: array {name} '
+                    f'has no saved checksum.')
+    if value != expected[name]:
+      raise Damaged(f'checkpoint step {step} in {directory}: array {name} '
+                    f'does not match its checksum (its data file is '
+                    f'damaged).')
+
+
+def _path_name(path) -> str:
+  return '/'.join(str(getattr(key, 'key', getattr(key, 'name',
+                                                  getattr(key, 'idx', key))))
+                  for key in path)
+
+
+def _reason(error: Exception, step_dir: str) -> str:
+  """What a failed read names, in one line: the array and the first line."""
+  text = str(error)
+  first = text.split('\n', 1)[0].split(' See full TensorStore details')[0]
+  # TensorStore's spec names the array as the innermost relative 'path'.
+  arrays = [path for path in re.findall(r"'path': '([^']*)'", text)
+            if not path.startswith('/')]
+  where = f'array {arrays[-1].rstrip("/")}: ' if arrays else ''
+  missing = re.search(r"(No such file or directory|not found)[^\n]*", text)
+  if not arrays and missing:
+    first = missing.group(0)
+  return f'{where}{type(error).__name__}: {first[:200]} (in {step_dir})'
+
+
+@contextlib.contextmanager
+def _save_errors(directory: str):
+  """Any failure of Orbax's writer becomes one errors.SaveError line."""
+  try:
+    yield
+  except errors.SaveError:
+    raise
+  except Exception as error:
+    cause = error
+    while cause.__cause__ is not None or cause.__context__ is not None:
+      cause = cause.__cause__ or cause.__context__
+    text = str(cause)
+    step = re.search(r'/(\d+)\.orbax-checkpoint-tmp', text)
+    # TensorStore ends a failed write with the OS's words and errno.
+    os_error = re.search(r"([^:\"]+) \[os_error_code='(\d+)'\]", text)
+    reason = (f'{os_error.group(1).strip()} (errno {os_error.group(2)})'
+              if os_error else
+              f'{type(cause).__name__}: {text.split(chr(10), 1)[0][:200]}')
+    what = f'checkpoint step {step.group(1)}' if step else 'a checkpoint'
+    raise errors.SaveError(f'saving {what} in {directory} failed: {reason}.'
+                           ) from error
+
+
+@contextlib.contextmanager
+def _quiet_unraisable():
+  """A failed read leaves TensorStore coroutines that Python reports as
+  'Exception ignored in ...' on stderr; the read's own error says it all."""
+  previous = sys.unraisablehook
+  sys.unraisablehook = lambda unraisable: None
+  try:
+    yield
+  finally:
+    sys.unraisablehook = previous

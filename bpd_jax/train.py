@@ -18,6 +18,7 @@ uninterrupted one exactly. SIGTERM (preemption) saves before exiting; a
 non-finite loss stops the run without saving over the last good checkpoint.
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -32,6 +33,7 @@ from absl import logging
 from flax import nnx
 
 from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax import errors
 from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import sharding
@@ -58,19 +60,21 @@ def plan_phases(train_config, model_config: TransformerConfig) -> list[Phase]:
   """The phases of a run, validated."""
   base, heads = train_config.base_steps, train_config.head_steps
   if base < 0 or heads < 0 or base + heads == 0:
-    raise ValueError(f'train.base_steps={base} and train.head_steps={heads} '
-                     f'must be >= 0 with a positive sum.')
+    raise errors.ConfigError(f'train.base_steps={base} and train.head_steps='
+                             f'{heads} must be >= 0 with a positive sum.')
   k = model_config.num_proposal_heads
   phases = []
   if base:
     phases.append(Phase('base', 0, base, False, 0, 1))
   if heads:
     if k < 2:
-      raise ValueError(f'train.head_steps={heads} needs proposal heads: '
-                       f'model.num_proposal_heads={k} must be >= 2.')
+      raise errors.ConfigError(f'train.head_steps={heads} needs proposal '
+                               f'heads: model.num_proposal_heads={k} must be '
+                               f'>= 2.')
     if not base and not train_config.init_from:
-      raise ValueError('training heads without a base phase needs a trained '
-                       'base: set train.init_from to its workdir.')
+      raise errors.ConfigError('training heads without a base phase needs a '
+                               'trained base: set train.init_from to its '
+                               'workdir.')
     frozen = train_config.freeze_base
     # A frozen head 1 that is the base output has nothing to learn.
     first = 1 if frozen and model_config.head1_from_base else 0
@@ -112,9 +116,9 @@ def train_batches(config, task, data_devices: int, log=print):
                                                     data.rows)))
   else:
     if train_config.batch_size % data_devices:
-      raise ValueError(f'train.batch_size={train_config.batch_size} must be '
-                       f'a multiple of the {data_devices} devices of the data '
-                       f'axis.')
+      raise errors.ConfigError(f'train.batch_size={train_config.batch_size} '
+                               f'must be a multiple of the {data_devices} '
+                               f'devices of the data axis.')
     data = batching.TrainBatches(
         task.encoded('train'), train_config.batch_size,
         task_config.max_source_len, task_config.max_target_len, config.seed,
@@ -171,8 +175,9 @@ class _Preemption:
     signal.signal(signal.SIGTERM, self._previous)
 
 
-class NonFiniteLoss(FloatingPointError):
+class NonFiniteLoss(errors.JobError, FloatingPointError):
   """The loss became NaN or infinite."""
+  exit_code = 1  # The run diverged: not a mistake in the command.
 
 
 class Preempted(Exception):
@@ -195,6 +200,8 @@ def train(config, workdir: str, log=print, evaluate=None):
   Raises:
     Preempted: SIGTERM arrived and the state was saved.
     NonFiniteLoss: the loss became NaN or infinite.
+    errors.SaveError: a checkpoint could not be written.
+    errors.CheckpointError: checkpoints exist but none reads back intact.
   """
   train_config = config.train
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
@@ -217,7 +224,8 @@ def train(config, workdir: str, log=print, evaluate=None):
                                             _updates(train_config, phase))
                 for phase in phases}
   checkpoints = checkpoints_lib.Checkpoints(
-      os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints)
+      os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints,
+      log=log)
 
   def new_state(params, phase):
     trainable = nnx.split_state(params, HEADS if phase.heads_only
@@ -239,12 +247,13 @@ def train(config, workdir: str, log=print, evaluate=None):
                      opt_state=opt_shardings)
     return shardings, abstract
 
-  latest = checkpoints.latest_step()
+  def abstract_at(step):
+    shardings, abstract = state_shardings(phase_at(phases, step))
+    return checkpoints_lib.abstract_like(abstract, shardings)
+
+  # The newest step that reads back intact (a damaged one is reported).
+  latest, state = checkpoints.restore_latest(abstract_at)
   if latest is not None:
-    phase = phase_at(phases, latest)
-    shardings, abstract = state_shardings(phase)
-    state = checkpoints.restore(latest, checkpoints_lib.abstract_like(
-        abstract, shardings))
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
   else:
     if train_config.init_from:
@@ -284,9 +293,14 @@ def train(config, workdir: str, log=print, evaluate=None):
       checkpoints.save(step, state)
       if preemption.requested:
         break
+    checkpoints.close()  # Waits: a failed last save is raised here.
+  except BaseException:
+    # The error in flight says what went wrong; saves still running finish
+    # (or fail) quietly.
+    with contextlib.suppress(Exception):
+      checkpoints.close()
+    raise
   finally:
-    checkpoints.wait()
-    checkpoints.close()
     preemption.restore()
     writer.close()
   if preemption.requested:
@@ -329,6 +343,7 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
       sums, window_start, window_steps = None, time.perf_counter(), 0
     if save:
       checkpoints.save(step, state)
+    checkpoints.check()  # A background save that failed stops the run now.
     if (evaluate is not None and config.eval.every
         and step % config.eval.every == 0 and not preemption.requested):
       values = evaluate(nnx.merge(graphdef, state['params']), task, step)

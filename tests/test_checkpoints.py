@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bpd_jax import checkpoints
+from bpd_jax import errors
 
 
 def state(value):
@@ -39,3 +40,126 @@ def test_params_dict_needs_a_checkpoint(tmp_path):
 def test_keep_must_be_positive(tmp_path):
   with pytest.raises(ValueError, match='max_to_keep=0'):
     checkpoints.Checkpoints(str(tmp_path), max_to_keep=0)
+
+
+def big_state(value):
+  """A state whose arrays are written to data files (not inlined)."""
+  return {'step': jnp.asarray(value),
+          'params': {'w': jnp.arange(20_000, dtype=jnp.float32) * value},
+          'opt_state': {'mu': jnp.full((5_000,), value, jnp.float32)}}
+
+
+def saved_steps(directory, steps=(1, 2)):
+  store = checkpoints.Checkpoints(str(directory), max_to_keep=3)
+  for step in steps:
+    store.save(step, big_state(step))
+  store.wait()
+  store.close()
+
+
+def largest_data_file(directory, step):
+  files = [p for p in (directory / str(step)).rglob('*') if p.is_file()
+           and '/d/' in str(p)]
+  return max(files, key=lambda p: p.stat().st_size)
+
+
+def truncate(path):
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) // 2])
+
+
+def flip_byte(path):
+  data = bytearray(path.read_bytes())
+  data[len(data) // 2] ^= 0x10
+  path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize('damage', ['truncate', 'flip_byte', 'metadata'])
+@pytest.mark.parametrize('only', [None, 'params'])
+def test_damaged_newest_step_falls_back_to_the_intact_one(tmp_path, damage,
+                                                         only):
+  saved_steps(tmp_path)
+  if damage == 'metadata':
+    (tmp_path / '2' / 'state' / '_METADATA').unlink()
+  else:
+    {'truncate': truncate, 'flip_byte': flip_byte}[damage](
+        largest_data_file(tmp_path, 2))
+  lines = []
+  store = checkpoints.Checkpoints(str(tmp_path), log=lines.append)
+  abstract = checkpoints.abstract_like(big_state(0))
+  if only:
+    abstract = abstract[only]
+  if damage == 'metadata' and only is None:
+    # With a target, Orbax needs no metadata file: the data is intact and
+    # its checksums prove it.
+    step, state = store.restore_latest(lambda _: abstract)
+    assert step == 2 and not lines
+    return
+  step, state = store.restore_latest(
+      lambda _: None if damage == 'metadata' else abstract, only=only)
+  store.close()
+  assert step == 1
+  np.testing.assert_array_equal(state['params']['w'],
+                                np.arange(20_000, dtype=np.float32))
+  assert len(lines) == 2, lines
+  assert lines[0].startswith(f'checkpoint step 2 in {tmp_path}')
+  assert '\n' not in lines[0] and len(lines[0]) < 400
+  assert lines[1] == (f'Using step 1, the newest intact checkpoint in '
+                      f'{tmp_path}.')
+
+
+def test_a_flipped_byte_never_loads_silently(tmp_path):
+  # Every byte position of the data file, one at a time, in a sample:
+  # each either fails to decode or fails its checksum.
+  saved_steps(tmp_path, steps=(1,))
+  path = largest_data_file(tmp_path, 1)
+  original = path.read_bytes()
+  store = checkpoints.Checkpoints(str(tmp_path), log=lambda line: None)
+  abstract = checkpoints.abstract_like(big_state(0))
+  for position in range(0, len(original), max(len(original) // 12, 1)):
+    data = bytearray(original)
+    data[position] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoints.Damaged, match='checkpoint step 1'):
+      store.restore(1, abstract)
+  path.write_bytes(original)
+  assert int(store.restore(1, abstract)['step']) == 1
+  store.close()
+
+
+def test_no_intact_step_is_one_error_naming_the_newest(tmp_path):
+  saved_steps(tmp_path)
+  for step in (1, 2):
+    truncate(largest_data_file(tmp_path, step))
+  store = checkpoints.Checkpoints(str(tmp_path), log=lambda line: None)
+  with pytest.raises(errors.CheckpointError,
+                     match=r'no checkpoint in .* reads back intact \(2 '
+                           r'tried; newest: checkpoint step 2'):
+    store.restore_latest(lambda _: checkpoints.abstract_like(big_state(0)))
+  store.close()
+
+
+def test_checksums_change_with_any_word_and_ignore_sharding():
+  x = jnp.arange(1000, dtype=jnp.float32)
+  base = checkpoints.checksums({'x': x})
+  assert base == checkpoints.checksums({'x': np.asarray(x)})
+  assert base != checkpoints.checksums({'x': x.at[500].set(-0.0 + 500.0001)})
+  swapped = x.at[1].set(0.0).at[0].set(1.0)  # Same words, other order.
+  assert base != checkpoints.checksums({'x': swapped})
+  assert set(checkpoints.checksums(
+      {'a': jnp.ones(3, jnp.bfloat16), 'b': jnp.ones(2, bool),
+       'c': jnp.int32(4)})) == {'a', 'b', 'c'}
+
+
+def test_a_failed_save_is_one_save_error(tmp_path, monkeypatch):
+  store = checkpoints.Checkpoints(str(tmp_path))
+
+  def failing_save(*args, **kwargs):
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(store._manager, 'save', failing_save)
+  with pytest.raises(errors.SaveError,
+                     match=r'saving a checkpoint in .* failed: OSError: '
+                           r'\[Errno 28\] No space left on device\.$'):
+    store.save(1, state(1))
+  store.close()

@@ -42,6 +42,12 @@ def test_filter_keeps_own_records_and_library_warnings():
   assert not keep(_record(library, logging.DEBUG))
   assert keep(_record(library, logging.WARNING))
   assert keep(_record(library, logging.ERROR))
+  # Orbax's failures are reported by checkpoints.py, one line each.
+  orbax = os.path.join(os.path.dirname(logging.__file__), 'orbax',
+                       'checkpoint', 'future.py')
+  assert not keep(_record(orbax, logging.ERROR))
+  assert not keep(_record(orbax, logging.WARNING))
+  assert keep(_record(orbax, logging.CRITICAL))
 
 
 def _run_job(*flags):

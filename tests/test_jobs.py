@@ -8,6 +8,7 @@ import types
 import pytest
 from absl import app
 
+from bpd_jax import errors
 from bpd_jax import jobs
 
 from test_main import ROOT
@@ -60,8 +61,8 @@ def test_setup_stops_before_any_work(given_flags):
   config, _ = given_flags
   with pytest.raises(app.UsageError, match='Unexpected arguments'):
     jobs.setup(['job', 'extra'])
-  with pytest.raises(app.UsageError, match='no checkpoints in .* or pass '
-                     '--init=random'):
+  with pytest.raises(errors.MissingFileError, match='no checkpoints in .* '
+                     'or pass --init=random'):
     jobs.setup(['job'], init='checkpoint', random_hint=True)
 
   def refuse(_):

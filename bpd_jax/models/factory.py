@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax import errors
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.transformer import Transformer, TransformerConfig
 
@@ -55,8 +56,9 @@ def params_from_checkpoint(params: nnx.State, directory: str,
       (a warm start of new heads on a trained base).
 
   Raises:
-    FileNotFoundError: no checkpoint there.
-    ValueError: a parameter is missing there or has another shape.
+    errors.MissingFileError: no checkpoint there.
+    errors.CheckpointError: none of its steps reads back intact.
+    errors.ConfigError: a parameter is missing there or has another shape.
   """
   saved = checkpoints_lib.restore_params_dict(directory)
 
@@ -68,11 +70,12 @@ def params_from_checkpoint(params: nnx.State, directory: str,
     for key in keys:
       node = node.get(key) if isinstance(node, dict) else None
       if node is None:
-        raise ValueError(f'{"/".join(keys)} is not in the checkpoint in '
-                         f'{directory}: is it a run of another model?')
+        raise errors.ConfigError(f'{"/".join(keys)} is not in the checkpoint '
+                                 f'in {directory}: is it a run of another '
+                                 f'model?')
     if node.shape != value.shape:
-      raise ValueError(f'{"/".join(keys)} has shape {node.shape} in '
-                       f'{directory}; the model needs {value.shape}.')
+      raise errors.ConfigError(f'{"/".join(keys)} has shape {node.shape} in '
+                               f'{directory}; the model needs {value.shape}.')
     return jnp.asarray(node, value.dtype)
 
   return jax.tree_util.tree_map_with_path(take, params)

@@ -28,6 +28,7 @@ A vocabulary is trained only by the training job; the evaluate and distill
 jobs find it in the workdir (or task.vocab_path) or stop with an error.
 """
 
+from bpd_jax import errors
 from bpd_jax.tasks.checks import at_least
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
@@ -76,10 +77,19 @@ def load_task(config, workdir: str, train_vocab: bool = True):
     A text.task.TextTask or an images.task.ImageTask.
 
   Raises:
-    FileNotFoundError: a data file, TFDS data dir or vocabulary is missing.
-    ValueError: a bad name, field, split or vocabulary type.
+    errors.MissingFileError: a data file, TFDS data dir or vocabulary is
+      missing.
+    errors.DataError: a bad name, field, split or vocabulary type, or a data
+      file that cannot be used (the message names the file, and the line).
   """
-  return get(config.name).load(config, workdir, train_vocab=train_vocab)
+  try:
+    return get(config.name).load(config, workdir, train_vocab=train_vocab)
+  except errors.JobError:
+    raise
+  except FileNotFoundError as error:
+    raise errors.MissingFileError(str(error)) from error
+  except ValueError as error:  # UnicodeError too: a file is not text.
+    raise errors.DataError(str(error)) from error
 
 
 def check(config) -> None:

@@ -1,0 +1,393 @@
+"""What a job keeps in its workdir besides checkpoints: the lock of the job
+that holds it, and the config of the run.
+
+    with workdir.Lock.acquire(path, 'bpd_jax.main', log):
+      workdir.check_config(config, path, 'bpd_jax.main', training=True,
+                           log=log, write=process_index == 0)
+      ...
+
+WORKDIR/job.lock: two jobs training into one workdir interleave their
+checkpoints, each resuming from the other's, and neither says so. A job takes
+an exclusive `flock` of the file and keeps it until it ends; the file names
+the holder, so the second job stops at once saying which job to wait for.
+The OS drops a flock when its process dies, even by kill -9, so a crash
+leaves no lock to delete by hand: the next job takes it over and says so.
+
+WORKDIR/config.json: the config the run was trained with, as dotted fields.
+A rerun with another model, seed or learning rate would restore checkpoints
+that mean something else (a shape error at best, a silently mixed run at
+worst); a reader (evaluate, bench, drafts, distill) given another model's
+config would build the wrong model around the weights. `check_config`
+compares the config with the record before any work; the constants below
+say which fields may differ, and why.
+"""
+
+import datetime
+import fcntl
+import fnmatch
+import json
+import os
+import socket
+import tempfile
+
+from bpd_jax import errors
+
+LOCK_FILE = 'job.lock'
+CONFIG_FILE = 'config.json'
+
+# The sections whose fields say what a checkpoint holds: the weights' seed,
+# the data and vocabulary, the architecture, the training that made it.
+# Any other section (mesh, eval, drafts, one added later) sets how a job lays
+# out or what it measures, and may change on a rerun.
+CHECKPOINT_SECTIONS = ('seed', 'task', 'model', 'train')
+
+# Fields (fnmatch patterns) a rerun of the training job may change: they set
+# how long it runs, what it logs and evaluates and how it lays out, not what
+# the checkpoint means. Every other field of CHECKPOINT_SECTIONS refuses.
+MAY_CHANGE_ON_RESUME = (
+    'train.base_steps',  # A longer phase continues where the run stopped.
+    'train.head_steps',  # Likewise (a linear decay then follows new rates).
+    'train.log_every',  # Only how often it prints.
+    'train.checkpoint_every',  # Only how often it saves.
+    'train.keep_checkpoints',  # Only how many saves it keeps.
+    'train.init_from',  # Read only at a run's first start, not on resume.
+    'mesh.*',  # The same arrays over another device layout.
+    'eval.*',  # What it decodes and measures, not what it trains.
+    'drafts.*',  # The draft job's settings; training reads none.
+)
+
+# Fields (fnmatch patterns) a job that only reads a run (evaluate, bench,
+# drafts, distill) must share with it: the architecture and the vocabulary,
+# without which the weights do not fit or the tokens mean other words.
+# Everything else may differ for a reader: it may evaluate with other eval
+# settings, or on data moved elsewhere.
+READERS_COMPARE = (
+    'model.*',  # The architecture the weights fit.
+    'task.name',  # The task, hence the vocabulary's kind and its data.
+    'task.vocab_type',  # 'sentencepiece' or 'words': the token ids' meaning.
+    'task.vocab_size',  # The embedding and output widths.
+)
+# Exceptions to READERS_COMPARE: fields of those sections no reader uses.
+READERS_IGNORE = (
+    'model.dropout_rate',  # Training only.
+)
+
+_ABSENT = object()  # A field one side of a comparison does not have.
+
+
+class Lock:
+  """WORKDIR/job.lock, held with an exclusive flock while a job runs.
+
+  Take it with `Lock.acquire`; `release()` (or leaving a `with` block)
+  empties the file and drops the flock, so the next job finds no previous
+  holder to report.
+
+  Attributes:
+    path: the lock file.
+  """
+
+  def __init__(self, path: str, fd: int):
+    self.path = path
+    self._fd = fd
+
+  @classmethod
+  def acquire(cls, workdir: str, job: str, log=print) -> 'Lock':
+    """Holds WORKDIR/job.lock for `job`, or stops at once.
+
+    Args:
+      workdir: the run's directory (made if missing).
+      job: the job's name, shown to a job that finds the lock held.
+      log: takes the line saying a crashed holder's lock was taken over.
+
+    Raises:
+      errors.WorkdirError: another job holds the lock, or the workdir
+        cannot be written.
+    """
+    path = os.path.join(workdir, LOCK_FILE)
+    fd = _open_lock_file(workdir, path)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _holder(fd) or 'another job'
+      os.close(fd)
+      raise errors.WorkdirError(
+          f'{workdir} is in use by {holder}: wait for it to end, or use '
+          'another --workdir.') from None
+    try:
+      previous = _holder(fd)
+      if previous:
+        log(f'took over the lock left by {previous}, which ended without '
+            'releasing it.')
+      _write_holder(fd, job)
+    except OSError as error:  # E.g. a full disk.
+      os.close(fd)  # Drops the flock.
+      raise _workdir_error(workdir, error) from None
+    except BaseException:
+      os.close(fd)
+      raise
+    return cls(path, fd)
+
+  def release(self):
+    """Empties the file and drops the lock (again: nothing)."""
+    if self._fd is None:
+      return
+    fd, self._fd = self._fd, None
+    try:
+      os.ftruncate(fd, 0)  # A clean end: no holder for the next job to report.
+    finally:
+      fcntl.flock(fd, fcntl.LOCK_UN)
+      os.close(fd)
+
+  def __enter__(self) -> 'Lock':
+    return self
+
+  def __exit__(self, *exc_info):
+    self.release()
+
+
+def _workdir_error(workdir: str, error: OSError) -> errors.WorkdirError:
+  """The one-line error of a workdir that cannot be written."""
+  reason = error.strerror or str(error)
+  if isinstance(error, FileExistsError):
+    reason = 'a file of that name exists, not a directory'
+  return errors.WorkdirError(f'cannot write to the workdir {workdir}: '
+                             f'{reason}.')
+
+
+def _open_lock_file(workdir: str, path: str) -> int:
+  """The lock file's descriptor, the workdir and the file made if missing."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as error:
+    raise _workdir_error(workdir, error) from None
+
+
+def _holder(fd: int) -> str:
+  """Who the lock file names: '' if empty, 'another job' if unparseable.
+
+  A holder writes its record right after taking the flock; a reader that
+  finds the flock held but the file empty or half written met it then.
+  """
+  data = os.pread(fd, 1 << 16, 0)
+  if not data.strip():
+    return ''
+  try:
+    record = json.loads(data)
+    return (f"{record['job']} (pid {record['pid']} on host {record['host']}, "
+            f"since {_show_time(record['started'])})")
+  except (ValueError, TypeError, KeyError):
+    return 'another job'
+
+
+def _show_time(started: str) -> str:
+  """An ISO time as '2026-12-01 14:03:05 UTC' (as given if not ISO)."""
+  try:
+    when = datetime.datetime.fromisoformat(started)
+  except (TypeError, ValueError):
+    return str(started)
+  return when.astimezone(datetime.timezone.utc).strftime(
+      '%Y-%m-%d %H:%M:%S UTC')
+
+
+def _write_holder(fd: int, job: str):
+  """Replaces the lock file's content with this process's record."""
+  now = datetime.datetime.now(datetime.timezone.utc)
+  record = dict(job=job, pid=os.getpid(), host=socket.gethostname(),
+                started=now.isoformat(timespec='seconds'))
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, json.dumps(record).encode() + b'\n', 0)
+  os.fsync(fd)  # On disk before the job's work: a crash still names it.
+
+
+def config_fields(config) -> dict[str, object]:
+  """The config as {dotted field name: JSON value}, e.g. 'model.num_heads'.
+
+  Nested sections and dict fields are flattened ('task.splits.train');
+  values go through JSON (tuples become lists) so that one read back from
+  config.json compares equal to the same field of a fresh config.
+  """
+  fields = {}
+  _flatten(config, '', fields)
+  return json.loads(json.dumps(fields, default=repr))
+
+
+def _flatten(section, prefix: str, fields: dict):
+  """Adds the fields of a ConfigDict or dict to `fields`, names dotted.
+
+  An empty dict stays one field ({}), so that it differs from none.
+  """
+  for key, value in section.items():
+    name = f'{prefix}{key}'
+    if hasattr(value, 'items') and len(value):
+      _flatten(value, f'{name}.', fields)
+    else:
+      fields[name] = {} if hasattr(value, 'items') else value
+
+
+def _matches(field: str, patterns) -> bool:
+  """Whether the field name matches one of the fnmatch patterns."""
+  return any(fnmatch.fnmatchcase(field, pattern) for pattern in patterns)
+
+
+def may_change_on_resume(field: str) -> bool:
+  """Whether a rerun of the training job may change this field."""
+  return (field.split('.')[0] not in CHECKPOINT_SECTIONS
+          or _matches(field, MAY_CHANGE_ON_RESUME))
+
+
+def readers_compare(field: str) -> bool:
+  """Whether a job that only reads a run must share this field with it."""
+  return (_matches(field, READERS_COMPARE)
+          and not _matches(field, READERS_IGNORE))
+
+
+def _differences(saved: dict, now: dict) -> list[tuple[str, object, object]]:
+  """(field, saved value, current value) of each field that differs.
+
+  A field on one side only differs too; its other value is _ABSENT.
+  """
+  return [(field, saved.get(field, _ABSENT), now.get(field, _ABSENT))
+          for field in sorted(saved.keys() | now.keys())
+          if saved.get(field, _ABSENT) != now.get(field, _ABSENT)]
+
+
+def _show(value) -> str:
+  """A field's value as the record writes it; '<absent>' for none."""
+  return '<absent>' if value is _ABSENT else json.dumps(value)
+
+
+def _show_refused(differences) -> str:
+  """'model.num_heads 4 (saved) vs 8 (now); seed 0 vs 7'."""
+  (field, saved, now), *rest = differences
+  first = f'{field} {_show(saved)} (saved) vs {_show(now)} (now)'
+  return '; '.join([first] + [f'{field} {_show(saved)} vs {_show(now)}'
+                              for field, saved, now in rest])
+
+
+def _show_changed(differences) -> str:
+  """'train.base_steps 600 -> 800; eval.ks [2, 4] -> [4]'."""
+  return '; '.join(f'{field} {_show(saved)} -> {_show(now)}'
+                   for field, saved, now in differences)
+
+
+def _read_record(path: str) -> dict | None:
+  """The fields saved in config.json (None if there is no file).
+
+  Raises:
+    errors.WorkdirError: the file cannot be read or holds no fields.
+  """
+  try:
+    with open(path, encoding='utf-8') as f:
+      record = json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    return None  # No record, or no workdir (the workdir's own error says).
+  except (OSError, ValueError) as error:
+    reason = getattr(error, 'strerror', None) or str(error).split('\n')[0]
+    raise errors.WorkdirError(
+        f'cannot read the run\'s config record {path} ({reason}): delete it '
+        'to run without the check (training then saves its config anew).'
+    ) from None
+  if not isinstance(record, dict):
+    raise errors.WorkdirError(
+        f'{path} holds no config fields (a JSON {type(record).__name__}): '
+        'delete it to run without the check (training then saves its '
+        'config anew).')
+  return record
+
+
+def _write_record(workdir: str, fields: dict):
+  """Writes config.json atomically: a temporary file, then os.replace.
+
+  A job killed mid-write leaves the old record (or none), never half one.
+  """
+  text = json.dumps(fields, indent=1, sort_keys=True) + '\n'
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix='.config.', suffix='.tmp', dir=workdir)
+  except OSError as error:
+    raise _workdir_error(workdir, error) from None
+  try:
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from others.
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp, os.path.join(workdir, CONFIG_FILE))
+  except OSError as error:
+    os.remove(temp)
+    raise _workdir_error(workdir, error) from None
+
+
+def check_config(config, workdir: str, job: str, training: bool, log=print,
+                 write: bool = True):
+  """Stops a job whose config does not fit the run saved in WORKDIR.
+
+  Training: a field outside `may_change_on_resume` that differs from the
+  record refuses; changed fields that may change are logged and recorded.
+  The first start records the config. Reading (evaluate, bench, drafts,
+  distill): a `readers_compare` field that differs refuses; the record is
+  never written.
+
+  Args:
+    config: the job's checked config.
+    workdir: the run's directory.
+    job: the job's name, for the log lines.
+    training: whether the job trains the run (else it only reads it).
+    log: takes the one-line notes (a changed resume, no record).
+    write: whether this process writes config.json (process 0 only, in a
+      multi-process run).
+
+  Raises:
+    errors.WorkdirError: the config differs from the run's where it matters,
+      or config.json cannot be read, or cannot be written.
+  """
+  now = config_fields(config)
+  saved = _read_record(os.path.join(workdir, CONFIG_FILE))
+  if saved is None:
+    _no_record(now, workdir, job, training, log, write)
+  elif training:
+    _check_resume(saved, now, workdir, log, write)
+  else:
+    _check_reader(saved, now, workdir)
+
+
+def _no_record(now: dict, workdir: str, job: str, training: bool, log,
+               write: bool):
+  """A workdir without config.json: a first start records its config."""
+  if not training:
+    log(f'{workdir} has no saved config ({CONFIG_FILE}), so {job} does not '
+        'check its config against the run.')
+    return
+  if os.path.isdir(os.path.join(workdir, 'checkpoints')):
+    log(f'{workdir} holds checkpoints from before configs were saved: '
+        f'{job} could not check its config against that run, and saves it '
+        f'now as the run\'s {CONFIG_FILE}.')
+  if write:
+    _write_record(workdir, now)
+
+
+def _check_resume(saved: dict, now: dict, workdir: str, log, write: bool):
+  """A training rerun: refuses a changed checkpoint field, records others."""
+  differences = _differences(saved, now)
+  refused = [d for d in differences if not may_change_on_resume(d[0])]
+  if refused:
+    raise errors.WorkdirError(
+        f'{workdir} was trained with another config: '
+        f'{_show_refused(refused)}. Use another --workdir, or start a new '
+        "run from this one's weights with "
+        f'--config.train.init_from={workdir}.')
+  if differences:
+    log(f'resuming with changed {_show_changed(differences)}')
+    if write:
+      _write_record(workdir, now)
+
+
+def _check_reader(saved: dict, now: dict, workdir: str):
+  """A job that reads the run: refuses another architecture or vocabulary."""
+  refused = [d for d in _differences(saved, now) if readers_compare(d[0])]
+  if refused:
+    raise errors.WorkdirError(
+        f'{workdir} holds a run of another model: {_show_refused(refused)}. '
+        'Pass the config it was trained with (its fields are in '
+        f'{os.path.join(workdir, CONFIG_FILE)}).')

@@ -1,0 +1,253 @@
+"""The workdir lock (one job a workdir) and the run's config record."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bpd_jax import errors
+from bpd_jax import workdir
+
+import train_configs
+
+ROOT = train_configs.ROOT
+
+# A job holding the lock in another process until it is killed.
+HOLDER = """
+import sys, time
+from bpd_jax import workdir
+workdir.Lock.acquire(sys.argv[1], 'holder_job')
+print('locked', flush=True)
+time.sleep(120)
+"""
+
+
+def lines():
+  """A `log` that keeps its lines."""
+  kept = []
+  return kept, kept.append
+
+
+def one_line(error) -> str:
+  message = str(error.value)
+  assert '\n' not in message
+  return message
+
+
+def test_acquire_release_reacquire_logs_nothing(tmp_path):
+  path = str(tmp_path / 'w')  # Made by acquire.
+  kept, log = lines()
+  lock = workdir.Lock.acquire(path, 'job_a', log)
+  record = json.loads((tmp_path / 'w' / 'job.lock').read_text())
+  assert record['job'] == 'job_a' and record['pid'] == os.getpid()
+  assert set(record) == {'job', 'pid', 'host', 'started'}
+  lock.release()
+  lock.release()  # Again: nothing.
+  assert (tmp_path / 'w' / 'job.lock').read_text() == ''
+  with workdir.Lock.acquire(path, 'job_b', log):
+    pass
+  assert kept == []
+
+
+def test_second_acquire_in_one_process_refused(tmp_path):
+  # flock is per open file description: a second open conflicts.
+  with workdir.Lock.acquire(str(tmp_path), 'bpd_jax.main'):
+    with pytest.raises(errors.WorkdirError) as error:
+      workdir.Lock.acquire(str(tmp_path), 'bpd_jax.evaluate')
+  message = one_line(error)
+  assert message.startswith(f'{tmp_path} is in use by bpd_jax.main '
+                            f'(pid {os.getpid()} on host ')
+  assert ' UTC): wait for it to end, or use another --workdir.' in message
+
+
+def test_unparseable_holder_named_another_job(tmp_path):
+  (tmp_path / 'job.lock').write_text('{"job": "half')
+  kept, log = lines()
+  with workdir.Lock.acquire(str(tmp_path), 'a', log):
+    (tmp_path / 'job.lock').write_text('{"job": "half')  # Mid-write.
+    with pytest.raises(errors.WorkdirError, match='in use by another job:'):
+      workdir.Lock.acquire(str(tmp_path), 'b')
+  assert kept == ['took over the lock left by another job, which ended '
+                  'without releasing it.']
+
+
+def test_lock_of_a_killed_process_taken_over(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  holder = subprocess.Popen([sys.executable, '-c', HOLDER, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+  try:
+    assert holder.stdout.readline() == 'locked\n'
+    with pytest.raises(errors.WorkdirError) as error:
+      workdir.Lock.acquire(str(tmp_path), 'bpd_jax.main')
+    assert f'in use by holder_job (pid {holder.pid} on host ' in one_line(
+        error)
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    holder.stdout.close()
+  kept, log = lines()
+  with workdir.Lock.acquire(str(tmp_path), 'bpd_jax.main', log):
+    pass
+  assert len(kept) == 1
+  assert kept[0].startswith(
+      f'took over the lock left by holder_job (pid {holder.pid} on host ')
+  assert kept[0].endswith('), which ended without releasing it.')
+
+
+def test_unwritable_workdir(tmp_path):
+  (tmp_path / 'file').write_text('')
+  path = str(tmp_path / 'file' / 'w')  # Its parent is a regular file.
+  with pytest.raises(errors.WorkdirError) as error:
+    workdir.Lock.acquire(path, 'bpd_jax.main')
+  assert one_line(error) == (f'cannot write to the workdir {path}: '
+                             'Not a directory.')
+  with pytest.raises(errors.WorkdirError, match='cannot write to the workdir'):
+    workdir.check_config(train_configs.demo_config(), path, 'bpd_jax.main',
+                         training=True)
+
+
+def test_config_fields_flatten_and_read_back(tmp_path):
+  config = train_configs.demo_config('distilled=/data')
+  fields = workdir.config_fields(config)
+  assert fields['model.num_heads'] == 4 and fields['seed'] == 0
+  assert fields['eval.ks'] == [2, 4, 6, 8]
+  assert fields['task.splits.validation'] == 'validation'
+  assert fields['drafts.ks'] == [4, 8]
+  workdir.check_config(config, str(tmp_path), 'bpd_jax.main', training=True)
+  saved = json.loads((tmp_path / 'config.json').read_text())
+  assert saved == workdir.config_fields(train_configs.demo_config(
+      'distilled=/data'))
+
+
+def train(config, path, **kwargs):
+  """check_config as the training job calls it; returns the logged lines."""
+  kept, log = lines()
+  workdir.check_config(config, str(path), 'bpd_jax.main', training=True,
+                       log=log, **kwargs)
+  return kept
+
+
+def read(config, path):
+  """check_config as a reading job calls it; returns the logged lines."""
+  kept, log = lines()
+  workdir.check_config(config, str(path), 'bpd_jax.evaluate',
+                       training=False, log=log)
+  return kept
+
+
+def test_first_start_saves_and_rerun_is_silent(tmp_path):
+  assert train(train_configs.demo_config(), tmp_path) == []
+  assert (tmp_path / 'config.json').exists()
+  assert [p.name for p in tmp_path.iterdir()] == ['config.json']  # No temp.
+  assert train(train_configs.demo_config(), tmp_path) == []
+  assert read(train_configs.demo_config(), tmp_path) == []
+
+
+@pytest.mark.parametrize('section, field, value, shown', [
+    ('model', 'num_heads', 8, 'model.num_heads 4 (saved) vs 8 (now)'),
+    ('task', 'vocab_size', 8000, 'task.vocab_size <absent> (saved) vs 8000 '
+     '(now)'),
+    ('train', 'learning_rate', 1e-3,
+     'train.learning_rate 0.005 (saved) vs 0.001 (now)'),
+])
+def test_training_refuses_a_changed_field(tmp_path, section, field, value,
+                                          shown):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config[section][field] = value
+  with pytest.raises(errors.WorkdirError) as error:
+    train(config, tmp_path)
+  assert one_line(error) == (
+      f'{tmp_path} was trained with another config: {shown}. Use another '
+      "--workdir, or start a new run from this one's weights with "
+      f'--config.train.init_from={tmp_path}.')
+
+
+def test_training_names_every_refused_field(tmp_path):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.model.num_heads = 8
+  config.seed = 7
+  config.train.base_steps = 800  # May change: not named.
+  with pytest.raises(errors.WorkdirError) as error:
+    train(config, tmp_path)
+  assert ('another config: model.num_heads 4 (saved) vs 8 (now); seed 0 vs '
+          '7. Use another') in one_line(error)
+  assert json.loads((tmp_path / 'config.json').read_text())['seed'] == 0
+
+
+def test_training_resumes_with_more_steps(tmp_path):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.train.base_steps = 800
+  assert train(config, tmp_path, write=False) == [
+      'resuming with changed train.base_steps 500 -> 800']
+  saved = tmp_path / 'config.json'
+  assert json.loads(saved.read_text())['train.base_steps'] == 500
+  assert train(config, tmp_path) == [
+      'resuming with changed train.base_steps 500 -> 800']
+  assert json.loads(saved.read_text())['train.base_steps'] == 800
+  assert train(config, tmp_path) == []
+
+
+def test_training_takes_other_eval_and_mesh(tmp_path):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.eval.ks = (4, 8)
+  config.mesh.shape = (2, -1)
+  assert train(config, tmp_path) == [
+      'resuming with changed eval.ks [2, 4, 6, 8] -> [4, 8]; '
+      'mesh.shape [-1] -> [2, -1]']
+
+
+def test_reader_refuses_another_model(tmp_path):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.model.d_model = 256
+  with pytest.raises(errors.WorkdirError) as error:
+    read(config, tmp_path)
+  assert one_line(error) == (
+      f'{tmp_path} holds a run of another model: model.d_model 128 (saved) '
+      'vs 256 (now). Pass the config it was trained with (its fields are in '
+      f'{tmp_path / "config.json"}).')
+
+
+def test_reader_takes_other_training_eval_and_dropout(tmp_path):
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.train.learning_rate = 1e-3
+  config.seed = 3
+  config.eval.num_examples = 10
+  config.model.dropout_rate = 0.3
+  config.task.sizes.validation = 50
+  assert read(config, tmp_path) == []
+
+
+def test_no_record(tmp_path):
+  assert read(train_configs.demo_config(), tmp_path) == [
+      f'{tmp_path} has no saved config (config.json), so bpd_jax.evaluate '
+      'does not check its config against the run.']
+  (tmp_path / 'checkpoints').mkdir()
+  assert train(train_configs.demo_config(), tmp_path, write=False) == [
+      f'{tmp_path} holds checkpoints from before configs were saved: '
+      'bpd_jax.main could not check its config against that run, and saves '
+      'it now as the run\'s config.json.']
+  assert not (tmp_path / 'config.json').exists()
+  assert len(train(train_configs.demo_config(), tmp_path)) == 1
+  assert (tmp_path / 'config.json').exists()
+  assert train(train_configs.demo_config(), tmp_path) == []
+
+
+@pytest.mark.parametrize('text', ['{"seed": 0', '[1, 2]'])
+def test_corrupt_record(tmp_path, text):
+  (tmp_path / 'config.json').write_text(text)
+  for training in (True, False):
+    with pytest.raises(errors.WorkdirError) as error:
+      workdir.check_config(train_configs.demo_config(), str(tmp_path),
+                           'bpd_jax.main', training=training)
+    message = one_line(error)
+    assert str(tmp_path / 'config.json') in message
+    assert 'delete it to run without the check' in message
