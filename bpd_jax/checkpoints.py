@@ -18,6 +18,7 @@ raised as `errors.SaveError` by the next `check`, `save` or `wait`.
 """
 
 import contextlib
+import gc
 import os
 import re
 import sys
@@ -53,6 +54,7 @@ class Checkpoints:
       raise ValueError(f'max_to_keep={max_to_keep} must be >= 1.')
     self.directory = os.path.abspath(directory)
     self._log = log
+    _drop_closed_loop_reports()
     # Orbax's own read_only option logs three warnings; create=False and no
     # saves read as well.
     options = (ocp.CheckpointManagerOptions(create=False) if read_only
@@ -108,27 +110,38 @@ class Checkpoints:
       Damaged: the step cannot be read back intact.
     """
     step_dir = os.path.join(self.directory, str(step))
-    try:
-      with _quiet_unraisable():
-        if abstract_state is None:
-          tree = self._manager.item_metadata(step)[_STATE].tree
-          item = {only: tree[only]} if only else tree
-          restore_args = jax.tree.map(
-              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-        else:
-          item = {only: abstract_state} if only else abstract_state
-          restore_args = ocp.checkpoint_utils.construct_restore_args(item)
+    reason = None
+    with _quiet_unraisable():
+      try:
         restored = self._manager.restore(step, args=ocp.args.Composite(**{
-            _STATE: ocp.args.PyTreeRestore(item, restore_args=restore_args,
-                                           partial_restore=bool(only))}))
-    except Exception as error:  # Orbax/TensorStore raise many kinds.
+            _STATE: self._restore_args(step, abstract_state, only)}))
+      except Exception as error:  # Orbax/TensorStore raise many kinds.
+        # Only the text is kept: the error's frames hold TensorStore
+        # coroutines that Python reports on stderr once they are collected.
+        reason = _reason(error, step_dir)
+      if reason is not None:
+        gc.collect()  # Those coroutines are reported when collected: now.
+    if reason is not None:
       raise Damaged(f'checkpoint step {step} in {self.directory} cannot be '
-                    f'read: {_reason(error, step_dir)}') from error
+                    f'read: {reason}')
     state = restored[_STATE]
     expected = self._saved_checksums(step, step_dir)
     if expected is not None:
       _verify(state, expected, step, self.directory)
     return state
+
+  def _restore_args(self, step: int, abstract_state, only: str | None):
+    """Orbax's restore arguments: into `abstract_state`, or as saved."""
+    if abstract_state is None:
+      tree = self._manager.item_metadata(step)[_STATE].tree
+      item = {only: tree[only]} if only else tree
+      restore_args = jax.tree.map(
+          lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    else:
+      item = {only: abstract_state} if only else abstract_state
+      restore_args = ocp.checkpoint_utils.construct_restore_args(item)
+    return ocp.args.PyTreeRestore(item, restore_args=restore_args,
+                                  partial_restore=bool(only))
 
   def restore_latest(self, abstract_for, only: str | None = None):
     """(step, state) of the newest step that reads back intact.
@@ -228,9 +241,13 @@ def restore_params_dict(directory: str, log=print) -> dict:
 def checksums(tree) -> dict[str, str]:
   """{array path: checksum} of a pytree of arrays (jax or numpy).
 
-  Each checksum is two sums of the array's bits as uint32 words, weighted
-  by odd numbers (so any change to one word changes them), modulo 2**32:
-  exact integer arithmetic, the same on every backend and sharding.
+  Each array's bits, as uint32 words w_i, are hashed with their index,
+  h_i = mix(w_i + mix(i)) (`mix` a bijection of uint32), and summed twice,
+  plainly and weighted by 2i + 1, modulo 2**32. A change to any one word
+  changes h_i, hence both sums; words swapped between places change them
+  too; constant arrays (zeros, ones) do not collide as plain sums of their
+  words would. Exact integer arithmetic: the same on every backend and
+  sharding.
   """
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   sums = _device_checksums([leaf for _, leaf in leaves])
@@ -238,15 +255,23 @@ def checksums(tree) -> dict[str, str]:
           for (path, _), (a, b) in zip(leaves, sums)}
 
 
+def _mix(x):
+  """MurmurHash3's 32-bit finaliser: a bijection that spreads every bit."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85EBCA6B)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xC2B2AE35)
+  return x ^ (x >> 16)
+
+
 @jax.jit
 def _device_checksums(arrays):
   def one(x):
     words = _words(x)
     index = jnp.arange(words.size, dtype=jnp.uint32)
-    first = jnp.sum(words * (2 * index + 1), dtype=jnp.uint32)
-    second = jnp.sum(words * (index * jnp.uint32(0x9E3779B1) | 1),
-                     dtype=jnp.uint32)
-    return jnp.stack([first, second])
+    hashed = _mix(words + _mix(index))
+    return jnp.stack([jnp.sum(hashed, dtype=jnp.uint32),
+                      jnp.sum(hashed * (2 * index + 1), dtype=jnp.uint32)])
   return [one(x) for x in arrays]
 
 
@@ -309,11 +334,15 @@ def _save_errors(directory: str):
       cause = cause.__cause__ or cause.__context__
     text = str(cause)
     step = re.search(r'/(\d+)\.orbax-checkpoint-tmp', text)
-    # TensorStore ends a failed write with the OS's words and errno.
-    os_error = re.search(r"([^:\"]+) \[os_error_code='(\d+)'\]", text)
-    reason = (f'{os_error.group(1).strip()} (errno {os_error.group(2)})'
-              if os_error else
-              f'{type(cause).__name__}: {text.split(chr(10), 1)[0][:200]}')
+    # TensorStore: 'Failed to write N bytes to file F: File too large
+    # [tensorstore_spec=...] [os_error_code='27']'.
+    os_words = re.search(r'Failed [^:"]*: ([^\["]+?) \[', text)
+    errno = re.search(r"os_error_code='(\d+)'", text)
+    if os_words:
+      reason = os_words.group(1) + (f' (errno {errno.group(1)})' if errno
+                                    else '')
+    else:
+      reason = f'{type(cause).__name__}: {text.splitlines()[0][:200]}'
     what = f'checkpoint step {step.group(1)}' if step else 'a checkpoint'
     raise errors.SaveError(f'saving {what} in {directory} failed: {reason}.'
                            ) from error
@@ -329,3 +358,26 @@ def _quiet_unraisable():
     yield
   finally:
     sys.unraisablehook = previous
+
+
+def _drop_closed_loop_reports() -> None:
+  """Drops Python's reports of TensorStore callbacks into a closed loop.
+
+  After a failed write, TensorStore completes the save's other writes into
+  an asyncio loop Orbax has closed; each one is reported as an unraisable
+  'RuntimeError: Event loop is closed' with its traceback (hundreds of
+  lines). The failure itself is raised as one SaveError. Installed once;
+  every other unraisable error goes to the previous hook.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, 'drops_closed_loop_reports', False):
+    return
+
+  def hook(unraisable):
+    error = unraisable.exc_value
+    if not (isinstance(error, RuntimeError)
+            and str(error) == 'Event loop is closed'):
+      previous(unraisable)
+
+  hook.drops_closed_loop_reports = True
+  sys.unraisablehook = hook

@@ -1,5 +1,7 @@
 """Orbax checkpoints: round trip, keep N, params of another run."""
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -109,22 +111,49 @@ def test_damaged_newest_step_falls_back_to_the_intact_one(tmp_path, damage,
 
 
 def test_a_flipped_byte_never_loads_silently(tmp_path):
-  # Every byte position of the data file, one at a time, in a sample:
-  # each either fails to decode or fails its checksum.
+  # Byte positions across the data file, one at a time: each read either
+  # fails (to decode, or its checksum) or gives back the saved values (a
+  # byte no decoder reads); never other numbers.
   saved_steps(tmp_path, steps=(1,))
   path = largest_data_file(tmp_path, 1)
   original = path.read_bytes()
-  store = checkpoints.Checkpoints(str(tmp_path), log=lambda line: None)
   abstract = checkpoints.abstract_like(big_state(0))
-  for position in range(0, len(original), max(len(original) // 12, 1)):
+  expected = big_state(1)
+  failures = 0
+  for position in range(0, len(original), max(len(original) // 16, 1)):
     data = bytearray(original)
     data[position] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(checkpoints.Damaged, match='checkpoint step 1'):
-      store.restore(1, abstract)
-  path.write_bytes(original)
-  assert int(store.restore(1, abstract)['step']) == 1
+    # A fresh reader: TensorStore caches what it has read.
+    store = checkpoints.Checkpoints(str(tmp_path), log=lambda line: None)
+    try:
+      restored = store.restore(1, abstract)
+    except checkpoints.Damaged as damaged:
+      assert str(damaged).startswith('checkpoint step 1')
+      failures += 1
+    else:
+      for name in ('params', 'opt_state'):
+        for key in expected[name]:
+          np.testing.assert_array_equal(restored[name][key],
+                                        expected[name][key])
+    store.close()
+  assert failures >= 12  # Nearly every byte of a data file is data.
+
+
+def test_params_alone_are_read_and_checked_for_evaluation(tmp_path):
+  # Damage to the optimizer state alone (here its recorded checksum) stops
+  # a training resume at that step, not an evaluation.
+  saved_steps(tmp_path)
+  sums_file = tmp_path / '2' / 'checksums' / 'metadata'
+  sums = json.loads(sums_file.read_text())
+  sums['opt_state/mu'] = '0' * 16
+  sums_file.write_text(json.dumps(sums))
+  store = checkpoints.Checkpoints(str(tmp_path), log=lambda line: None)
+  abstract = checkpoints.abstract_like(big_state(0))
+  assert store.restore_latest(lambda _: abstract)[0] == 1
   store.close()
+  params = checkpoints.restore_params_dict(str(tmp_path), log=print)
+  np.testing.assert_array_equal(params['w'], big_state(2)['params']['w'])
 
 
 def test_no_intact_step_is_one_error_naming_the_newest(tmp_path):
@@ -146,6 +175,9 @@ def test_checksums_change_with_any_word_and_ignore_sharding():
   assert base != checkpoints.checksums({'x': x.at[500].set(-0.0 + 500.0001)})
   swapped = x.at[1].set(0.0).at[0].set(1.0)  # Same words, other order.
   assert base != checkpoints.checksums({'x': swapped})
+  zeros, ones = (checkpoints.checksums({'x': jnp.full(5000, v)})['x']
+                 for v in (0.0, 1.0))
+  assert zeros != ones and '0' * 16 not in (zeros, ones)
   assert set(checkpoints.checksums(
       {'a': jnp.ones(3, jnp.bfloat16), 'b': jnp.ones(2, bool),
        'c': jnp.int32(4)})) == {'a', 'b', 'c'}

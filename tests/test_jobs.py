@@ -1,17 +1,22 @@
 """The jobs' shared flags and set-up."""
 
+import os
 import re
 import subprocess
 import sys
 import types
 
+import jax.numpy as jnp
 import pytest
 from absl import app
 
+from bpd_jax import checkpoints
 from bpd_jax import errors
 from bpd_jax import jobs
+from bpd_jax import workdir
 
 from test_main import ROOT
+from train_configs import load_config
 from train_configs import tiny_config
 
 JOB_FLAGS = {
@@ -72,3 +77,94 @@ def test_setup_stops_before_any_work(given_flags):
   config.train.batch_size = 0
   with pytest.raises(ValueError, match='train.batch_size=0'):
     jobs.setup(['job'])
+
+
+def user_error_cases(tmp_path):
+  """(name, command, stderr pattern, exit status), each fault injected."""
+  demo = '--config=configs/demo.py'
+  # A parallel corpus with a byte that is not UTF-8, and one with an empty
+  # validation split: both stop before any work.
+  for name, train_de, val_en in (('bad_byte', b'ein Hund\n\xff zwei\n',
+                                  b'a cat\n'),
+                                 ('empty_val', b'ein Hund\nzwei\n', b'')):
+    data = tmp_path / name
+    data.mkdir()
+    (data / 'train.en').write_bytes(b'a dog\ntwo\n')
+    (data / 'train.de').write_bytes(train_de)
+    (data / 'val.en').write_bytes(val_en)
+    (data / 'val.de').write_bytes(b'eine Katze\n' if val_en else b'')
+  multi30k = ['--config=configs/multi30k.py:quick',
+              '--config.task.vocab_type=words']
+  # A run trained with the demo config (its record and a checkpoint dir).
+  trained = tmp_path / 'trained'
+  (trained / 'checkpoints').mkdir(parents=True)
+  workdir.check_config(load_config('demo'), str(trained), 'test',
+                       training=True, log=lambda line: None)
+  # A run whose only checkpoint is damaged.
+  damaged = tmp_path / 'damaged'
+  store = checkpoints.Checkpoints(str(damaged / 'checkpoints'))
+  store.save(1, {'params': {'w': jnp.arange(20_000, dtype=jnp.float32)}})
+  store.close()
+  data_file = max((p for p in (damaged / 'checkpoints' / '1').rglob('*')
+                   if '/d/' in str(p)), key=lambda p: p.stat().st_size)
+  data_file.write_bytes(data_file.read_bytes()[:100])
+  (tmp_path / 'a_file').write_text('')
+  return [
+      ('bad value', ['main', demo, f'--workdir={tmp_path}/w1',
+                     '--config.train.learning_rate=-1'],
+       r'train\.learning_rate=-1\.0 must be > 0\.', 2),
+      ('unknown field', ['main', demo, f'--workdir={tmp_path}/w2',
+                         '--config.model.num_head=3'],
+       r"--config\.model\.num_head: section model has no field 'num_head'; "
+       r'closest: num_heads, num_proposal_heads\.', 2),
+      ('unknown section', ['evaluate', demo, f'--workdir={tmp_path}/w3',
+                           '--config.modl.d_model=3'],
+       r"the config has no field 'modl'; closest: model\.", 2),
+      ('missing flag', ['main', demo],
+       r'--workdir must have a value other than None', 2),
+      ('no checkpoint', ['evaluate', demo, f'--workdir={tmp_path}/w4'],
+       r'no checkpoints in .*w4: train first', 2),
+      ('not UTF-8', ['main', *multi30k, f'--workdir={tmp_path}/w5',
+                     f'--config.task.data_dir={tmp_path}/bad_byte'],
+       r'line 2 of .*bad_byte/train\.de: byte 0xff is not UTF-8', 2),
+      ('empty split', ['main', *multi30k, f'--workdir={tmp_path}/w6',
+                       f'--config.task.data_dir={tmp_path}/empty_val'],
+       r'empty_val/val\.en has no lines', 2),
+      ('changed config', ['main', demo, f'--workdir={trained}',
+                          '--config.model.d_model=64'],
+       r'was trained with another config: model\.d_model 128 \(saved\) vs '
+       r'64 \(now\)', 2),
+      ('reader of another model', ['evaluate', demo, f'--workdir={trained}',
+                                   '--config.model.d_ff=100'],
+       r'holds a run of another model: model\.d_ff \d+ \(saved\) vs 100',
+       2),
+      ('held workdir', ['main', demo, f'--workdir={tmp_path}/held'],
+       rf'held is in use by the test \(pid {os.getpid()} on host', 2),
+      ('unwritable workdir', ['main', demo,
+                              f'--workdir={tmp_path}/a_file/run'],
+       r'cannot write to the workdir .*a_file/run: Not a directory', 2),
+      ('damaged checkpoint', ['evaluate', demo, f'--workdir={damaged}'],
+       r'no checkpoint in .*damaged/checkpoints reads back intact \(1 '
+       r'tried; newest: checkpoint step 1', 2),
+  ]
+
+
+def test_user_errors_are_one_line_and_exit_2(tmp_path):
+  held = workdir.Lock.acquire(str(tmp_path / 'held'), 'the test')
+  cases = user_error_cases(tmp_path)
+  # All at once: each process spends its seconds importing JAX and TF.
+  jobs_run = {name: subprocess.Popen(
+      [sys.executable, '-m', f'bpd_jax.{command[0]}', *command[1:]],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for name, command, _, _ in cases}
+  try:
+    for name, _, pattern, status in cases:
+      stdout, stderr = jobs_run[name].communicate(timeout=300)
+      assert jobs_run[name].returncode == status, (name, stderr[-2000:])
+      lines = stderr.splitlines()
+      assert len(lines) == 1 and lines[0].startswith('Error: '), (
+          name, stderr[-2000:])
+      assert re.search(pattern, lines[0]), (name, lines[0])
+      assert len(stdout.splitlines()) <= 3, (name, stdout)
+  finally:
+    held.release()

@@ -8,6 +8,7 @@ it.
 
 import io
 import sys
+import types
 
 import ml_collections
 import numpy as np
@@ -149,3 +150,12 @@ def test_unprepared_dataset(tmp_path, mock_celeba):
   with pytest.raises(FileNotFoundError, match='not prepared in .*tfds build '
                      'celeb_a'):
     tasks.load_task(celeba_config(str(empty)), str(tmp_path / 'work'))
+
+
+def test_an_empty_split_stops_before_any_work():
+  empty = types.SimpleNamespace(
+      as_data_source=lambda split: [],
+      info=types.SimpleNamespace(full_name='celeb_a/2.1.0'))
+  with pytest.raises(ValueError, match="split 'test' of celeb_a/2.1.0 has "
+                     'no images'):
+    tfds_images.ImageSource(empty, 'test')

@@ -6,6 +6,8 @@ without a download. The data dir must exist and hold the prepared
 dataset's directory, as `tfds build` leaves it.
 """
 
+import types
+
 import jax
 import ml_collections
 import numpy as np
@@ -15,6 +17,7 @@ import tensorflow_datasets as tfds
 from bpd_jax import sharding
 from bpd_jax import tasks
 from bpd_jax.tasks import batching
+from bpd_jax.tasks.text import tfds_translation
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 DATASET = 'wmt14_translate/de-en'
@@ -116,3 +119,12 @@ def test_unprepared_dataset_and_missing_vocabulary(tmp_path, mock_wmt):
   with pytest.raises(FileNotFoundError, match='vocab.model not found'):
     tasks.load_task(wmt_config(prepared_data_dir(tmp_path)),
                     str(tmp_path / 'work'), train_vocab=False)
+
+
+def test_an_empty_split_stops_before_any_work():
+  empty = types.SimpleNamespace(
+      as_data_source=lambda split: [],
+      info=types.SimpleNamespace(full_name='wmt14_translate/de-en/1.0.0'))
+  with pytest.raises(ValueError, match="split 'validation' of "
+                     'wmt14_translate/de-en/1.0.0 has no examples'):
+    tfds_translation.PairSource(empty, 'validation', 'en', 'de')

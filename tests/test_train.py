@@ -3,6 +3,9 @@
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +20,32 @@ from bpd_jax.models import Transformer
 from bpd_jax.models import factory
 from bpd_jax.tasks import batching
 
+from train_configs import ROOT
 from train_configs import tiny_config
+
+# The tiny config as a config file, for the training job in a subprocess.
+TINY_CONFIG_FILE = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from train_configs import tiny_config
+
+def get_config():
+  config = tiny_config()
+  config.eval.after_training = False
+  return config
+"""
+
+
+def training_job(tmp_path, workdir, *flags, python=()):
+  """The training job on the tiny config, started in a subprocess (the
+  test's XLA flags, so its programs are the in-process runs'); `python`:
+  arguments before the job's own (a wrapper that execs it)."""
+  config_file = tmp_path / 'tiny_config.py'
+  config_file.write_text(TINY_CONFIG_FILE)
+  return subprocess.Popen(
+      [sys.executable, *python, '-m', 'bpd_jax.main',
+       f'--config={config_file}', f'--workdir={workdir}', *flags], cwd=ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def params_of(model):
@@ -126,6 +154,56 @@ def test_preempted_and_resumed_run_equals_an_uninterrupted_one(
                                + stop_at.split()[1].split('/')[0])
   assert_params_equal(flat(params_of(resumed)),
                       flat(params_of(uninterrupted)))
+
+
+def test_killed_during_a_save_and_resumed_equals_an_uninterrupted_run(
+    tmp_path, uninterrupted):
+  workdir = tmp_path / 'run'
+  checkpoints = workdir / 'checkpoints'
+  # A save every step, so that one is in flight when the kill comes.
+  job = training_job(tmp_path, workdir, '--config.train.checkpoint_every=1')
+  killed_at = None
+  deadline = time.monotonic() + 300
+  while job.poll() is None and time.monotonic() < deadline:
+    names = [p.name for p in checkpoints.iterdir()] if checkpoints.is_dir() \
+        else []
+    # Orbax writes a step into N.orbax-checkpoint-tmp, then renames it.
+    if any(n.isdigit() for n in names) and any(
+        'orbax-checkpoint-tmp' in n for n in names):
+      job.send_signal(signal.SIGKILL)
+      killed_at = names
+      break
+    time.sleep(0.002)
+  job.communicate()
+  assert killed_at is not None, 'the job ended before a save was caught'
+  resumed = training_job(tmp_path, workdir,
+                         '--config.train.checkpoint_every=1')
+  stdout, stderr = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, stderr[-3000:]
+  assert 'took over the lock left by bpd_jax.main' in stdout
+  assert re.search(r'Resumed from step \d+', stdout), stdout
+  restored = factory.restore_model(tiny_config(), str(workdir),
+                                   uninterrupted.config.vocab_size)
+  assert_params_equal(flat(params_of(restored)),
+                      flat(params_of(uninterrupted)))
+
+
+def test_a_failed_save_stops_the_job_in_one_line(tmp_path):
+  # A disk that fills up: files may not grow past 100 kB (the lock and the
+  # config record fit; a checkpoint does not). Python ignores SIGXFSZ, so a
+  # write past the limit fails with EFBIG, as a full disk's with ENOSPC.
+  limited = ('import os, resource, sys; '
+             'resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)); '
+             'os.execv(sys.executable, [sys.executable, *sys.argv[1:]])')
+  job = training_job(tmp_path, tmp_path / 'run', python=['-c', limited])
+  stdout, stderr = job.communicate(timeout=300)
+  assert job.returncode == 1
+  assert stderr.splitlines() == [
+      f'Error: saving checkpoint step 6 in {tmp_path}/run/checkpoints '
+      'failed: File too large (errno 27).'], stderr[-3000:]
+  # Stopped when that save's failure came back (at the latest when the
+  # next save waits for it), not at the end of the run.
+  assert 'step 20/20' not in stdout
 
 
 @pytest.mark.slow

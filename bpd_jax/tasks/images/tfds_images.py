@@ -84,6 +84,9 @@ class ImageSource:
   def __init__(self, builder, split: str, feature: str = 'image'):
     self.split, self._feature = split, feature
     self._data = builder.as_data_source(split=split)
+    if not len(self._data):  # Stop before any work, not at evaluation.
+      raise ValueError(f'split {split!r} of {builder.info.full_name} has no '
+                       f'images.')
 
   def __len__(self) -> int:
     return len(self._data)

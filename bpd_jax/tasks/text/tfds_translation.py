@@ -97,12 +97,14 @@ class PairSource:
     self.split = split
     self._data = builder.as_data_source(split=split)
     self._langs = (source_lang, target_lang)
-    if len(self._data):
-      missing = set(self._langs) - set(self._data[0])
-      if missing:
-        raise ValueError(f'{builder.info.full_name} examples have no '
-                         f'{sorted(missing)}; features: '
-                         f'{sorted(self._data[0])}.')
+    if not len(self._data):  # Stop before any work, not at evaluation.
+      raise ValueError(f'split {split!r} of {builder.info.full_name} has no '
+                       f'examples.')
+    missing = set(self._langs) - set(self._data[0])
+    if missing:
+      raise ValueError(f'{builder.info.full_name} examples have no '
+                       f'{sorted(missing)}; features: '
+                       f'{sorted(self._data[0])}.')
 
   def __len__(self) -> int:
     return len(self._data)
