@@ -21,7 +21,7 @@ def test_reads_aligned_pairs(tmp_path):
   assert parallel_text.read_parallel(src, tgt, limit=1) == [('a dog .', 'ein hund .')]
 
 
-def test_errors(tmp_path):
+def test_missing_file_line_counts_and_empty_lines(tmp_path):
   src = write(tmp_path / 'a.en', ['a dog .', 'a cat .'])
   with pytest.raises(FileNotFoundError, match='b.de not found'):
     parallel_text.read_parallel(src, str(tmp_path / 'b.de'))
@@ -101,7 +101,7 @@ def test_parallel_text_with_words_and_limit(tmp_path):
     (dict(splits=dict(validation='val')), 'needs a "train" entry'),
     (dict(data_dir='/nonexistent'), 'train.en not found'),
 ])
-def test_errors(tmp_path, overrides, message):
+def test_task_section_errors(tmp_path, overrides, message):
   with pytest.raises((ValueError, FileNotFoundError), match=message):
     tasks.load_task(parallel_config(tmp_path, **overrides), str(tmp_path))
 
