@@ -79,7 +79,8 @@ class Decoder:
     return self._decode._cache_size()  # pylint: disable=protected-access
 
   def decode(self, inputs, options: decoding.DecodeOptions, *,
-             rescorer=None, iterations=None) -> decoding.DecodeResult:
+             rescorer=None, iterations=None,
+             key: int | jax.Array = 0) -> decoding.DecodeResult:
     """Decodes a batch as `options` say: the one path of every decode.
 
     Args:
@@ -92,6 +93,10 @@ class Decoder:
       iterations: run the loop exactly this many times, finished or not
         (timing one iteration, `timing.loop_iteration_seconds`); None:
         until every example has ended.
+      key: the randomness of a sampled decode (`options.sampler`): an int
+        seed or a `jax.random.key`, split into one key per example, or
+        [batch] keys (an example samples as it would alone with its key).
+        Unused without sampling.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics;
@@ -109,9 +114,39 @@ class Decoder:
       options = dataclasses.replace(options, refinement=refinement)
     elif rescorer is not None:
       raise ValueError('a rescorer was given without a refinement.')
+    sampler, keys = self._sampling(options, inputs, key)
     return self._decode(self._weights, self.layout(options.block), inputs,
-                        options=options, rescorer_structure=structure,
-                        rescorer=arguments, iterations=iterations)
+                        options=options.static(),
+                        rescorer_structure=structure, rescorer=arguments,
+                        iterations=iterations, sampler=sampler, keys=keys)
+
+  def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
+             key: int | jax.Array = 0) -> decoding.DecodeResult:
+    """Ancestral sampling: each token drawn from the warped base model (the
+    reference of blockwise sampling; temperature 0 is greedy decoding).
+
+    Args:
+      inputs: as `greedy`.
+      max_len: most tokens to generate per example.
+      sampler: temperature, top-k, top-p.
+      key: int seed, one key, or [batch] keys (see `decode`).
+    """
+    return self.decode(inputs, decoding.DecodeOptions(
+        max_len=max_len, sampler=sampler), key=key)
+
+  def _sampling(self, options, inputs, key):
+    """(sampler, [batch] keys on the mesh) of a sampled decode, else
+    (None, None)."""
+    if not options.sampling:
+      return None, None
+    keys = decoding.sampling.example_keys(key, inputs.shape[0])
+    if self.mesh is not None:
+      keys = jax.device_put(keys, jax.sharding.NamedSharding(
+          self.mesh, jax.sharding.PartitionSpec(self.batch_axis)))
+    sampler = options.sampler
+    # Traced numbers: one program for every temperature and cut-off.
+    return decoding.Sampler(float(sampler.temperature), int(sampler.top_k),
+                            float(sampler.top_p)), keys
 
   def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
     """Greedy decoding (the reference output of exact blockwise decoding).
@@ -131,7 +166,8 @@ class Decoder:
                 min_block: int = 1,
                 tuning: auto_k.AutoK | None = None,
                 refinement: decoding.Refinement | None = None,
-                rescorer=None) -> decoding.DecodeResult:
+                rescorer=None, sampler: decoding.Sampler | None = None,
+                key: int | jax.Array = 0) -> decoding.DecodeResult:
     """Blockwise parallel decoding with the model's proposal heads.
 
     Args:
@@ -148,6 +184,11 @@ class Decoder:
       refinement: draft refinement (Kim et al. 2024): p drafts from the
         heads' top-t lattice verified per call; None: plain drafts.
       rescorer: the refinement's language model (see `decode`).
+      sampler: blockwise sampling (`decoding.Sampler`): proposals drawn from
+        the warped heads and verified by the rejection rule (criterion
+        Exact: the base model's distribution) or typical acceptance
+        (decoding.Typical); None: argmax decoding.
+      key: the sampling's int seed, key or [batch] keys (see `decode`).
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
@@ -156,6 +197,9 @@ class Decoder:
     if k == 'auto':
       if refinement is not None:
         raise ValueError("k='auto' does not take a refinement.")
+      if sampler is not None:
+        raise ValueError("k='auto' does not take a sampler: its tuning "
+                         "measures argmax acceptance.")
       k = self._auto_k(inputs, max_len, criterion, min_block, tuning)
       if k == 1:
         return self.greedy(inputs, max_len=max_len)
@@ -165,7 +209,7 @@ class Decoder:
                        f'number of proposal heads.')
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
-        refinement=refinement), rescorer=rescorer)
+        refinement=refinement, sampler=sampler), rescorer=rescorer, key=key)
 
   def _auto_k(self, inputs, max_len, criterion, min_block, tuning) -> int:
     """The k that `tuning` picks for this input (1: greedy decoding)."""
@@ -195,8 +239,10 @@ class Decoder:
     if options.refinement is not None:
       raise ValueError('lowering takes plain drafts (no refinement).')
     inputs = self._checked(inputs, options)
+    sampler, keys = self._sampling(options, inputs, 0)
     return self._decode.lower(self._weights, self.layout(options.block),
-                              inputs, options=options)
+                              inputs, options=options.static(),
+                              sampler=sampler, keys=keys)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -251,20 +297,30 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
               min_block: int = 1, tuning: auto_k.AutoK | None = None,
               mesh=None, batch_axis: str = 'data',
               refinement: decoding.Refinement | None = None,
-              rescorer=None) -> decoding.DecodeResult:
+              rescorer=None, sampler: decoding.Sampler | None = None,
+              key: int | jax.Array = 0) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
-    inputs, k, max_len, criterion, min_block, tuning, refinement, rescorer:
-      as `Decoder.blockwise`.
+    inputs, k, max_len, criterion, min_block, tuning, refinement, rescorer,
+      sampler, key: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
   """
   return Decoder(model, mesh, batch_axis).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, tuning=tuning, refinement=refinement,
-      rescorer=rescorer)
+      rescorer=rescorer, sampler=sampler, key=key)
+
+
+def sample(model: Transformer, inputs, *, max_len: int,
+           sampler: decoding.Sampler, key: int | jax.Array = 0, mesh=None,
+           batch_axis: str = 'data') -> decoding.DecodeResult:
+  """Ancestral sampling; see `Decoder.sample` (blockwise sampling:
+  `blockwise(..., sampler=)`)."""
+  return Decoder(model, mesh, batch_axis).sample(
+      inputs, max_len=max_len, sampler=sampler, key=key)
 
 
 def check_inputs(config, inputs,
@@ -330,11 +386,13 @@ def _replicate(model, mesh):
 
 
 def _decode_body(model: Transformer, weights, inputs,
-                 options: decoding.DecodeOptions, rescore, iterations):
+                 options: decoding.DecodeOptions, rescore, iterations,
+                 sampler=None, keys=None):
   """The whole decode of a batch: encoder, prompt pass, decoding loop.
 
   `weights` are the model's `decoding_weights(options.block)`; `rescore`
-  the refinement's rescoring function (None without one).
+  the refinement's rescoring function (None without one); `sampler` and
+  `keys` [batch] those of a sampled decode (options.sampling).
   """
   config = model.config
   batch = inputs.shape[0]
@@ -356,6 +414,14 @@ def _decode_body(model: Transformer, weights, inputs,
       take_rows=_take_rows)
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id, iterations=iterations)
+  if options.sampling:
+    sampled = dict(sampler=sampler, keys=keys, **ids)
+    if options.greedy:
+      return decoding.sampling.ancestral_decode(fns, cache, prompt,
+                                                prompt_lengths, **sampled)
+    return decoding.sampling.blockwise_sample_decode(
+        fns, cache, prompt, prompt_lengths, k=k,
+        criterion=options.criterion, **sampled)
   if options.greedy:
     return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
   return decoding.blockwise_decode(
@@ -373,12 +439,13 @@ def _structure_decoder(graphdef, treedef):
   they reuse each other's compilations.
   """
   def decode(weights, layout, inputs, options, rescorer_structure=None,
-             rescorer=None, iterations=None):
+             rescorer=None, iterations=None, sampler=None, keys=None):
     model = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef,
                                                              weights))
     rescore = rescorers.function(options.refinement, rescorer_structure,
                                  rescorer)
-    return _decode_body(model, layout, inputs, options, rescore, iterations)
+    return _decode_body(model, layout, inputs, options, rescore, iterations,
+                        sampler, keys)
   return jax.jit(decode, static_argnames=('options', 'rescorer_structure'))
 
 

@@ -5,18 +5,22 @@ functions that extend a cache by n positions per example and map the
 resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
 `refine.Refinement` (with `lattice.py`) makes the blockwise decoder verify
 several drafts per call, picked from the heads' top-t lattice.
+`sampling.py` samples instead of taking the argmax: ancestral sampling, and
+blockwise sampling that keeps the base model's distribution.
 `DecodeOptions` describes one decode (decoder, k, criterion, min_block,
-refinement) and holds the checks of those options.
+refinement, sampler) and holds the checks of those options.
 """
 
 from bpd_jax.decoding.blockwise import blockwise_decode
+from bpd_jax.decoding import sampling
 from bpd_jax.decoding.criteria import (Criterion, Distance, Exact, TopK,
-                                      from_spec)
+                                      Typical, from_spec)
 from bpd_jax.decoding.greedy import greedy_decode
 from bpd_jax.decoding.options import DecodeOptions
 from bpd_jax.decoding.refine import Refinement
+from bpd_jax.decoding.sampling import Sampler
 from bpd_jax.decoding.types import DecodeResult, DecodingFns
 
-__all__ = ['Criterion', 'DecodeOptions', 'DecodeResult', 'DecodingFns', 'Distance', 'Exact',
-           'Refinement', 'TopK', 'blockwise_decode', 'from_spec',
-           'greedy_decode']
+__all__ = ['Criterion', 'DecodeOptions', 'DecodeResult', 'DecodingFns',
+           'Distance', 'Exact', 'Refinement', 'Sampler', 'TopK', 'Typical',
+           'blockwise_decode', 'from_spec', 'greedy_decode', 'sampling']

@@ -209,17 +209,17 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
     features = features[rows]
   else:
     block, scored = state.block[:, 0], scored[:, 0]
-  tokens, lengths, done, count = _append(state, block, scored, accepted,
+  tokens, lengths, done, count = append_accepted(state, block, scored, accepted,
                                          k=k, max_len=max_len, eos_id=eos_id,
                                          pad_id=pad_id)
   # Combined scoring and proposal: the next drafts come from this call's
   # outputs at the last accepted position, one position per example.
   next_block = propose(fns, ops.take_at(scored, accepted),
                        ops.take_at(features, accepted), tokens, lengths, k)
-  return _advance(state, tokens, lengths, done, count, next_block, cache, k)
+  return advance(state, tokens, lengths, done, count, next_block, cache, k)
 
 
-def _append(state: BlockwiseState, block, scored, accepted, *, k, max_len,
+def append_accepted(state: BlockwiseState, block, scored, accepted, *, k, max_len,
             eos_id, pad_id):
   """Writes the accepted proposals and the scoring model's token after them.
 
@@ -250,7 +250,7 @@ def _append(state: BlockwiseState, block, scored, accepted, *, k, max_len,
   return tokens, lengths, done, count
 
 
-def _advance(state, tokens, lengths, done, count, block, cache, k):
+def advance(state, tokens, lengths, done, count, block, cache, k):
   """The next loop state, with this call counted for live examples."""
   live = ~state.done
   appended_here = jax.nn.one_hot(count, k + 1, dtype=jnp.int32)

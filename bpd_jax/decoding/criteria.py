@@ -2,7 +2,8 @@
 
 Stern et al. 2018, sections 3 and 5: exact verification returns exactly the
 greedy output; top-t and distance verification trade quality for longer
-accepted blocks. A minimum block size (accept at least l tokens per call) is
+accepted blocks. Typical acceptance (Medusa, Cai et al. 2024) accepts what
+the scoring model finds likely enough, relative to its entropy. A minimum block size (accept at least l tokens per call) is
 a separate option of the decoder and applies with any criterion.
 
 Criteria are frozen dataclasses, hashable, so they can be static arguments
@@ -98,8 +99,44 @@ class Distance(Criterion):
     return jnp.abs(proposals - best) <= self.eps
 
 
+@dataclasses.dataclass(frozen=True)
+class Typical(Criterion):
+  """Medusa's typical acceptance: accept x where p(x) > min(eps,
+  delta * exp(-H(p))), p the scoring model's distribution (warped, when
+  sampling) and H its entropy.
+
+  Approximate: with sampling it does NOT keep the base model's
+  distribution (flat distributions accept more, peaked ones less); the
+  rejection rule of `sampling.py` does.
+  """
+  eps: float
+  delta: float
+
+  def __post_init__(self):
+    if not 0 < self.eps <= 1:
+      raise ValueError(f'typical acceptance needs 0 < eps <= 1, got '
+                       f'eps={self.eps!r}.')
+    if not self.delta > 0:
+      raise ValueError(f'typical acceptance needs delta > 0, got '
+                       f'delta={self.delta!r}.')
+
+  @property
+  def spec(self):
+    return f'typical:{self.eps:g},{self.delta:g}'
+
+  def accepts(self, proposals, logits, best=None):
+    del best
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    p = jnp.exp(log_p)
+    entropy = -jnp.sum(jnp.where(p > 0, p * log_p, 0.0), axis=-1)
+    threshold = jnp.minimum(self.eps, self.delta * jnp.exp(-entropy))
+    p_x = jnp.take_along_axis(p, proposals[..., None], axis=-1)[..., 0]
+    return p_x > threshold
+
+
 def from_spec(spec: str) -> Criterion:
-  """Parses 'exact', 'top-k:T' or 'distance:EPS' (config files, flags)."""
+  """Parses 'exact', 'top-k:T', 'distance:EPS' or 'typical:EPS,DELTA'
+  (config files, flags)."""
   name, _, value = spec.partition(':')
   try:
     if name == 'exact' and not value:
@@ -108,10 +145,13 @@ def from_spec(spec: str) -> Criterion:
       return TopK(int(value))
     if name == 'distance':
       return Distance(float(value))
+    if name == 'typical':
+      eps, delta = value.split(',')
+      return Typical(float(eps), float(delta))
   except ValueError as error:
     raise ValueError(f'criterion {spec!r}: {error}') from error
-  raise ValueError(f"criterion {spec!r} is not 'exact', 'top-k:T' or "
-                   f"'distance:EPS'.")
+  raise ValueError(f"criterion {spec!r} is not 'exact', 'top-k:T', "
+                   f"'distance:EPS' or 'typical:EPS,DELTA'.")
 
 
 def accepted_count(accepts: jax.Array, min_accepted: int = 0) -> jax.Array:

@@ -19,6 +19,7 @@ import dataclasses
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
+from bpd_jax.decoding import sampling as sampling_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,17 +34,23 @@ class DecodeOptions:
     min_block: l, the fewest tokens a call appends (1 <= l <= k).
     refinement: several drafts per call from the heads' top-t lattice (Kim
       et al. 2024); None: the heads' argmax, one draft.
+    sampler: sample instead of taking the argmax (`sampling.Sampler`):
+      ancestral sampling for k = 0, blockwise sampling with the rejection
+      rule (criterion Exact: the base model's distribution) or typical
+      acceptance (Typical) otherwise; None, or temperature 0: greedy.
+      Its numbers are traced, not part of the compilation key.
   """
   max_len: int
   k: int = 0
   criterion: criteria_lib.Criterion = criteria_lib.Exact()
   min_block: int = 1
   refinement: refine_lib.Refinement | None = None
+  sampler: sampling_lib.Sampler | None = None
 
   @classmethod
   def from_specs(cls, *, max_len: int, k: int = 0, criterion: str = 'exact',
                  min_block: int = 1, refinement: str = '',
-                 window: int = 0) -> 'DecodeOptions':
+                 window: int = 0, sampler: str = '') -> 'DecodeOptions':
     """Options from the strings of configs and flags.
 
     Args:
@@ -52,12 +59,29 @@ class DecodeOptions:
       refinement: '' (plain drafts) or a `refine.Refinement.from_spec` spec,
         e.g. 'ngram:p=4,t=4,w=0.3'.
       window: the neural rescorer's window, for a 'neural' refinement.
+      sampler: '' (argmax) or a `sampling.Sampler.from_spec` spec, e.g.
+        'temperature=0.7,top_p=0.9'.
     """
     return cls(max_len=max_len, k=k,
                criterion=criteria_lib.from_spec(criterion),
                min_block=min_block,
                refinement=(refine_lib.Refinement.from_spec(refinement, window)
-                           if refinement else None))
+                           if refinement else None),
+               sampler=(sampling_lib.Sampler.from_spec(sampler)
+                        if sampler else None))
+
+  @property
+  def sampling(self) -> bool:
+    """Whether the decode draws tokens (a sampler with temperature > 0)."""
+    return self.sampler is not None and not self.sampler.greedy
+
+  def static(self) -> 'DecodeOptions':
+    """The compilation key: the sampler's numbers are traced arguments, so
+    only whether the decode samples is static."""
+    if self.sampler is None:
+      return self
+    return dataclasses.replace(
+        self, sampler=_SAMPLING if self.sampling else None)
 
   @property
   def greedy(self) -> bool:
@@ -81,6 +105,8 @@ class DecodeOptions:
     if not isinstance(self.criterion, criteria_lib.Criterion):
       raise ValueError(f'criterion={self.criterion!r} is not a '
                        f'decoding.Criterion.')
+    if self.sampler is not None:
+      self._check_sampler(vocab_size)
     if self.greedy:
       if self.min_block != 1 or self.refinement is not None:
         raise ValueError('greedy decoding (k=0) takes no min_block or '
@@ -99,7 +125,34 @@ class DecodeOptions:
       raise ValueError(f'top-k verification t={self.criterion.t} exceeds '
                        f'the vocabulary size {vocab_size}.')
     if self.refinement is not None:
+      if self.sampling:
+        raise ValueError('sampling takes no refinement: its drafts are not '
+                         'drawn from distributions the rejection rule '
+                         'knows.')
       if not isinstance(self.refinement, refine_lib.Refinement):
         raise ValueError(f'refinement={self.refinement!r} is not a '
                          f'decoding.Refinement.')
       self.refinement.check(self.k, vocab_size)
+
+  def _check_sampler(self, vocab_size: int) -> None:
+    if not isinstance(self.sampler, sampling_lib.Sampler):
+      raise ValueError(f'sampler={self.sampler!r} is not a '
+                       f'decoding.Sampler.')
+    self.sampler.check(vocab_size)
+    if not self.sampling:
+      return
+    if not isinstance(self.criterion, (criteria_lib.Exact,
+                                       criteria_lib.Typical)):
+      raise ValueError(f'sampling verifies with the rejection rule '
+                       f"(criterion 'exact') or typical acceptance, not "
+                       f'{self.criterion.spec!r}.')
+    if self.min_block != 1:
+      raise ValueError(f'sampling takes min_block=1, not {self.min_block}: '
+                       f'unverified proposals would change the '
+                       f'distribution.')
+    if self.greedy and not isinstance(self.criterion, criteria_lib.Exact):
+      raise ValueError('ancestral sampling (k=0) takes no criterion.')
+
+
+# The static stand-in of any sampler with temperature > 0.
+_SAMPLING = sampling_lib.Sampler(temperature=1.0)

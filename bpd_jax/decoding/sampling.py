@@ -1,0 +1,375 @@
+"""Sampling from the base model, ancestral and blockwise, in one loop.
+
+`Sampler` warps the scoring model's logits (temperature, then top-k, then
+top-p; each optional) into the distribution p a decode samples from. Its
+fields are traced arrays inside the compiled decode (a pytree): one program
+serves every temperature and cut-off. Temperature 0 is greedy decoding,
+which `generate` runs through the greedy decoders themselves.
+
+`ancestral_decode` is the reference: one model call per token, each token
+drawn from p. `blockwise_sample_decode` draws the heads' proposals from
+their own distributions q_i (the heads' logits warped by the same Sampler),
+and verifies them with the rejection rule of speculative sampling
+(Leviathan et al. 2023; Chen et al. 2023):
+
+- proposal x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)),
+  p_i the warped base distribution at its position;
+- at the first rejection the token is drawn from the residual
+  max(0, p_i - q_i), normalised;
+- after a fully accepted block the extra token is drawn from p at the
+  block's last position.
+
+Why the output has exactly the base model's distribution. Take one
+position i of a block, given that the tokens before it (the prefix, and
+x_1 .. x_{i-1} if accepted) are what they are. With the paper's heads,
+q_i is computed from the features at the block's start. It depends on the
+accepted output up to there, and on nothing drawn in this block. x_i is
+drawn from q_i independently of x_1 .. x_{i-1} and of their acceptance
+draws, so conditioning on their acceptance leaves x_i ~ q_i. The
+position's token is then
+
+    P(t) = q_i(t) min(1, p_i(t) / q_i(t)) + P(reject) r_i(t)
+         = min(q_i(t), p_i(t)) + (1 - sum_u min(q_i(u), p_i(u))) r_i(t),
+
+and with r_i = (p_i - min(q_i, p_i)) / (1 - sum_u min(q_i(u), p_i(u))),
+P(t) = p_i(t). This holds position by position, and each position's
+token is drawn from p given the true prefix, so the whole sequence is
+distributed as ancestral sampling from p: the chain rule.
+
+Two more facts complete the argument:
+
+- The first token of the next block, drawn from the residual or from p,
+  follows the same rule.
+- Ending at eos or at max_len cuts the sequence as ancestral sampling
+  cuts it.
+
+Every head type the project has (independent and joint) proposes from
+the block's start features alone.
+
+`criteria.Typical` (Medusa's typical acceptance) is the approximate
+alternative: the heads' argmax drafts, accepted where p(x) exceeds
+min(eps, delta * exp(-H(p))), then a token drawn from p. It is faster on
+flat distributions but does not preserve them.
+
+Randomness: each example has its own key; call c of the decode draws
+from fold_in(key, c), so an example samples as it would alone with its
+key, whatever the batch, the sharding or the other examples' lengths.
+"""
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from bpd_jax import ops
+from bpd_jax.decoding import blockwise as blockwise_lib
+from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+  """How logits become the distribution a decode samples from.
+
+  Attributes:
+    temperature: logits are divided by it; 0 is greedy decoding.
+    top_k: keep the k most likely tokens (0: all). Ties at the k-th value
+      are all kept.
+    top_p: keep the fewest most likely tokens whose probability reaches
+      top_p (1: all), nucleus sampling; ties at the cut are all kept.
+  """
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  @classmethod
+  def from_spec(cls, spec: str) -> 'Sampler':
+    """Parses 'greedy' or 'temperature=T[,top_k=K][,top_p=P]' (configs,
+    flags); omitted fields keep their defaults."""
+    if spec == 'greedy':
+      return cls(temperature=0.0)
+    fields = {}
+    for part in filter(None, spec.split(',')):
+      name, _, value = part.partition('=')
+      if name not in ('temperature', 'top_k', 'top_p') or not value:
+        raise ValueError(f"sampler {spec!r}: {part!r} is not "
+                         f"temperature=T, top_k=K or top_p=P.")
+      try:
+        fields[name] = int(value) if name == 'top_k' else float(value)
+      except ValueError:
+        raise ValueError(f'sampler {spec!r}: {name}={value!r} is not a '
+                         f'number.') from None
+    return cls(**fields)
+
+  @property
+  def spec(self) -> str:
+    """The sampler as `from_spec` reads it."""
+    if self.greedy:
+      return 'greedy'
+    parts = [f'temperature={self.temperature:g}']
+    if self.top_k:
+      parts.append(f'top_k={self.top_k}')
+    if self.top_p < 1:
+      parts.append(f'top_p={self.top_p:g}')
+    return ','.join(parts)
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0
+
+  def check(self, vocab_size: int) -> None:
+    """Raises ValueError naming a value out of range."""
+    if not (isinstance(self.temperature, (int, float))
+            and math.isfinite(self.temperature) and self.temperature >= 0):
+      raise ValueError(f'temperature={self.temperature!r} must be a finite '
+                       f'number >= 0 (0: greedy decoding).')
+    if not isinstance(self.top_k, int) or not 0 <= self.top_k <= vocab_size:
+      raise ValueError(f'top_k={self.top_k!r} must be an integer in [0, '
+                       f'{vocab_size}], the vocabulary size (0: no cut).')
+    if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+      raise ValueError(f'top_p={self.top_p!r} must be in (0, 1] (1: no '
+                       f'cut).')
+
+  def log_probs(self, logits: jax.Array) -> jax.Array:
+    """[..., vocab] logits -> the warped distribution's log-probabilities
+    (-inf outside the cuts), normalised. Temperature must be > 0."""
+    scaled = logits.astype(jnp.float32) / self.temperature
+    vocab = scaled.shape[-1]
+    ranked = jnp.sort(scaled, axis=-1)[..., ::-1]  # Descending.
+    # top_k = 0 keeps the whole vocabulary: the cut is the smallest logit.
+    kth = jnp.where(self.top_k > 0, self.top_k, vocab) - 1
+    cut = jnp.take(ranked, kth, axis=-1)[..., None]
+    scaled = jnp.where(scaled >= cut, scaled, -jnp.inf)
+    log_p = jax.nn.log_softmax(scaled, axis=-1)
+    # Nucleus: the tokens whose higher-ranked mass is still below top_p.
+    ranked_p = jnp.sort(jnp.exp(log_p), axis=-1)[..., ::-1]
+    before = jnp.cumsum(ranked_p, axis=-1) - ranked_p
+    kept = jnp.sum(before < self.top_p, axis=-1, keepdims=True)
+    floor = jnp.take_along_axis(ranked_p, kept - 1, axis=-1)
+    log_p = jnp.where(jnp.exp(log_p) >= floor, log_p, -jnp.inf)
+    return jax.nn.log_softmax(log_p, axis=-1)
+
+
+def example_keys(key, batch: int) -> jax.Array:
+  """[batch] keys: one per example from an int seed or one key; a [batch]
+  array of keys is returned as it is."""
+  if isinstance(key, int):
+    key = jax.random.key(key)
+  if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    raise ValueError(f'key={key!r} is not an int seed or a jax.random.key.')
+  if key.shape == ():
+    return jax.random.split(key, batch)
+  if key.shape != (batch,):
+    raise ValueError(f'keys of shape {key.shape} do not match a batch of '
+                     f'{batch} (one key, or one per example).')
+  return key
+
+
+def _call_keys(keys: jax.Array, call: jax.Array, parts: int) -> jax.Array:
+  """[batch, parts] keys of one model call: fold_in(key, call), split."""
+  return jax.vmap(lambda key: jax.random.split(
+      jax.random.fold_in(key, call), parts))(keys)
+
+
+def _draw(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
+  """One token per row: keys [batch], log_probs [batch, ..., vocab] ->
+  [batch, ...] int32."""
+  return jax.vmap(lambda key, lp: jax.random.categorical(key, lp))(
+      keys, log_probs).astype(jnp.int32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SamplingState:
+  """Loop state of a sampled decode.
+
+  Attributes:
+    inner: the greedy or blockwise loop's state (tokens, lengths, done,
+      block, cache, statistics).
+    draft_log_q: [batch, k - 1, vocab] the warped log-distributions the
+      block's proposals were drawn from (blockwise; [batch, 0, 1] for
+      ancestral sampling).
+    keys: [batch] the examples' keys.
+    call: the model calls made so far (the next call's index).
+  """
+  inner: object
+  draft_log_q: jax.Array
+  keys: jax.Array
+  call: jax.Array
+
+  @property
+  def done(self) -> jax.Array:
+    return self.inner.done
+
+
+def ancestral_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
+                     prompt_lengths: jax.Array, *, sampler: Sampler,
+                     keys: jax.Array, max_len: int, eos_id: int, pad_id: int,
+                     iterations: jax.Array | None = None) -> DecodeResult:
+  """Ancestral sampling of a batch: each token drawn from the warped base
+  distribution, one model call per token (the reference of blockwise
+  sampling).
+
+  Args:
+    fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
+      iterations: as `greedy.greedy_decode`.
+    sampler: the warping (temperature > 0).
+    keys: [batch] one key per example (`example_keys`).
+
+  Returns:
+    DecodeResult with block_sizes of shape [batch, 2].
+  """
+  return _sampled_blockwise(fns, cache, prompt, prompt_lengths, k=1,
+                            sampler=sampler, keys=keys, max_len=max_len,
+                            eos_id=eos_id, pad_id=pad_id,
+                            iterations=iterations,
+                            criterion=criteria_lib.Exact())
+
+
+def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
+                            prompt: jax.Array, prompt_lengths: jax.Array, *,
+                            k: int, sampler: Sampler, keys: jax.Array,
+                            max_len: int, eos_id: int, pad_id: int,
+                            criterion: criteria_lib.Criterion =
+                            criteria_lib.Exact(),
+                            iterations: jax.Array | None = None
+                            ) -> DecodeResult:
+  """Blockwise sampling: the base model's distribution, k tokens a call at
+  best (see the module docstring for the rule and why it is exact).
+
+  Args:
+    fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
+      iterations: as `blockwise.blockwise_decode`.
+    k: block size, >= 1 (1 is ancestral sampling).
+    sampler: the warping (temperature > 0), of the base and the heads.
+    keys: [batch] one key per example (`example_keys`).
+    criterion: Exact() (the rejection rule: the base's distribution) or
+      Typical (Medusa's typical acceptance of argmax drafts; approximate).
+
+  Returns:
+    DecodeResult with block_sizes of shape [batch, k + 1].
+  """
+  if not isinstance(criterion, (criteria_lib.Exact, criteria_lib.Typical)):
+    raise ValueError(f'sampling verifies with the rejection rule (exact) '
+                     f'or typical acceptance, not {criterion.spec!r}.')
+  return _sampled_blockwise(fns, cache, prompt, prompt_lengths, k=k,
+                            sampler=sampler, keys=keys, max_len=max_len,
+                            eos_id=eos_id, pad_id=pad_id,
+                            iterations=iterations, criterion=criterion)
+
+
+def _sampled_blockwise(fns, cache, prompt, prompt_lengths, *, k, sampler,
+                       keys, max_len, eos_id, pad_id, iterations, criterion):
+  batch = prompt.shape[0]
+  last, cache = prompt_lib.prefill(fns, cache, prompt, prompt_lengths)
+  first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
+  first = _draw(first_key, sampler.log_probs(fns.next_token_logits(last)))
+  block, draft_log_q = _proposals(fns, sampler, criterion, first, last,
+                                  draft_key, k)
+  tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
+      first)
+  inner = blockwise_lib.BlockwiseState(
+      tokens=tokens, lengths=jnp.ones((batch,), jnp.int32),
+      done=(first == eos_id) | (max_len == 1), block=block[:, None],
+      cache=cache, model_calls=jnp.ones((batch,), jnp.int32),
+      block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
+  state = SamplingState(inner, draft_log_q, keys, jnp.ones((), jnp.int32))
+  step = functools.partial(_sampling_step, fns, prompt_lengths, sampler,
+                           criterion, k=k, max_len=max_len, eos_id=eos_id,
+                           pad_id=pad_id)
+  inner = prompt_lib.run_loop(step, state, iterations).inner
+  return DecodeResult(tokens=inner.tokens[:, :max_len], lengths=inner.lengths,
+                      model_calls=inner.model_calls,
+                      block_sizes=inner.block_sizes)
+
+
+def _proposals(fns, sampler, criterion, token, features, keys, k):
+  """([batch, k] the next block: `token`, then heads 2..k's proposals;
+  [batch, k - 1, vocab] the log-distributions they were drawn from).
+
+  The rejection rule draws proposals from the warped heads; typical
+  acceptance takes their argmax (its draft_log_q is unused).
+  """
+  if k == 1:
+    return token[:, None], jnp.zeros((token.shape[0], 0, 1))
+  logits = fns.proposal_logits(features)  # [batch, k - 1, vocab]
+  if isinstance(criterion, criteria_lib.Typical):
+    proposals = prompt_lib.argmax(logits)
+    log_q = jnp.zeros(logits.shape[:2] + (1,))
+  else:
+    log_q = sampler.log_probs(logits)
+    proposals = _draw(keys, log_q)
+  return jnp.concatenate([token[:, None], proposals], axis=1), log_q
+
+
+def accepted_proposals(log_p_x, log_q_x, uniform) -> jax.Array:
+  """Speculative sampling's test, per proposal: accept x with probability
+  min(1, p(x) / q(x)).
+
+  Args:
+    log_p_x: [..., n] log p of each proposal under the warped base.
+    log_q_x: [..., n] log q of it under the head it was drawn from.
+    uniform: [..., n] uniform draws in [0, 1).
+
+  Returns:
+    [..., n] bool.
+  """
+  return jnp.log(uniform) < log_p_x - log_q_x
+
+
+def residual_log_probs(log_p, log_q) -> jax.Array:
+  """log of max(0, p - q), normalised: where a rejected proposal's position
+  draws its token. Where p <= q everywhere (no rejection possible) p."""
+  residual = jnp.maximum(jnp.exp(log_p) - jnp.exp(log_q), 0.0)
+  total = residual.sum(axis=-1, keepdims=True)
+  return jnp.where(total > 0, jnp.log(residual / jnp.where(total > 0, total,
+                                                           1.0)), log_p)
+
+
+def _sampling_step(fns, prompt_lengths, sampler, criterion,
+                   state: SamplingState, *, k, max_len, eos_id,
+                   pad_id) -> SamplingState:
+  """One call: score the block, accept by the rule, draw the token after
+  the accepted proposals, draw the next block's proposals."""
+  inner = state.inner
+  block = inner.block[:, 0]  # [batch, k]
+  features, cache = fns.extend(inner.cache, block,
+                               prompt_lengths + inner.lengths - 1)
+  log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, k, V]
+  coin_key, token_key, draft_key = jnp.moveaxis(
+      _call_keys(state.keys, state.call, 3), 1, 0)
+  if k == 1:
+    accepted = jnp.zeros_like(inner.lengths)
+    after = log_p
+  else:
+    proposals = block[:, 1:]
+    log_p_x = jnp.take_along_axis(log_p[:, :-1], proposals[..., None],
+                                  axis=-1)[..., 0]
+    if isinstance(criterion, criteria_lib.Typical):
+      passes = criterion.accepts(proposals, log_p[:, :-1])
+      after = log_p  # Medusa: the next token from p itself.
+    else:
+      log_q_x = jnp.take_along_axis(state.draft_log_q, proposals[..., None],
+                                    axis=-1)[..., 0]
+      uniform = jax.vmap(lambda key: jax.random.uniform(key, (k - 1,)))(
+          coin_key)
+      passes = accepted_proposals(log_p_x, log_q_x, uniform)
+      after = jnp.concatenate(
+          [residual_log_probs(log_p[:, :-1], state.draft_log_q),
+           log_p[:, -1:]], axis=1)
+    accepted = criteria_lib.accepted_count(passes)
+  # One draw per position; the one after the accepted proposals is used.
+  drawn = _draw(token_key, after)  # [batch, k]
+  tokens, lengths, done, count = blockwise_lib.append_accepted(
+      inner, block, drawn, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      pad_id=pad_id)
+  next_block, draft_log_q = _proposals(
+      fns, sampler, criterion, ops.take_at(drawn, accepted),
+      ops.take_at(features, accepted), draft_key, k)
+  inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
+                                next_block[:, None], cache, k)
+  return SamplingState(inner, draft_log_q, state.keys, state.call + 1)

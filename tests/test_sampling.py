@@ -1,0 +1,259 @@
+"""Sampling: the warping, and blockwise sampling has the base model's
+distribution (exact probabilities against 20,000 samples, chi-square test),
+which a wrong acceptance rule does not have."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from flax import nnx
+
+from bpd_jax import decoding
+from bpd_jax import generate
+from bpd_jax import sharding
+from bpd_jax.decoding import sampling
+from bpd_jax.models import Transformer, TransformerConfig
+
+VOCAB, MAX_LEN, SAMPLES = 8, 3, 20_000
+SOURCE = np.array([[5, 6, 7, 1]])
+# Each sampler's significance level: the chi-square test fails a correct
+# rule with probability 1e-4 (the seeds are fixed, so a run either passes
+# or fails; a wrong rule's p-values are below 1e-30).
+ALPHA = 1e-4
+SAMPLERS = [decoding.Sampler(1.0), decoding.Sampler(0.7, top_k=4),
+            decoding.Sampler(1.3, top_p=0.8)]
+
+
+def tiny_model(head_layer, seed=0):
+  """A random encoder-decoder over 8 tokens: its outputs spread over ~200
+  sequences of 3 tokens, and its random heads' q differ from p."""
+  config = TransformerConfig.from_size(
+      'tiny', vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
+      num_encoder_layers=1, num_decoder_layers=1, num_proposal_heads=4,
+      head_hidden=16, head_layer=head_layer, max_source_len=8,
+      max_target_len=12, dropout_rate=0.0)
+  return Transformer(config, rngs=nnx.Rngs(seed))
+
+
+@nnx.jit
+def teacher_forced_logits(model, source, decoder_input):
+  """[batch, length, vocab] head 1's logits after each decoder input."""
+  return model.next_token_logits(model(source, decoder_input))
+
+
+def exact_distribution(model, sampler) -> dict[tuple, float]:
+  """P(output) under ancestral sampling, every output of MAX_LEN = 3
+  tokens or fewer (ending at eos), from full forward passes."""
+  config = model.config
+  prefixes = np.array(list(itertools.product(range(VOCAB), repeat=2)))
+  decoder_input = np.concatenate(
+      [np.full((len(prefixes), 1), config.bos_id), prefixes], axis=1)
+  logits = teacher_forced_logits(
+      model, jnp.repeat(SOURCE, len(prefixes), axis=0), decoder_input)
+  p = np.exp(np.asarray(sampler.log_probs(logits), np.float64))  # [V*V,3,V]
+  eos = config.eos_id
+  probabilities = {}
+  for t1 in range(VOCAB):
+    p1 = p[0, 0, t1]
+    if t1 == eos:
+      probabilities[(t1,)] = p1
+      continue
+    for t2 in range(VOCAB):
+      row = t1 * VOCAB + t2
+      p12 = p1 * p[row, 1, t2]
+      if t2 == eos:
+        probabilities[(t1, t2)] = p12
+        continue
+      for t3 in range(VOCAB):
+        probabilities[(t1, t2, t3)] = p12 * p[row, 2, t3]
+  total = sum(probabilities.values())
+  assert abs(total - 1) < 1e-4, total
+  return {outcome: q / total for outcome, q in probabilities.items()}
+
+
+def outcomes(result) -> list[tuple]:
+  tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+  return [tuple(row[:n]) for row, n in zip(tokens, lengths)]
+
+
+def chi_square_p_value(samples: list[tuple], exact: dict) -> float:
+  """The chi-square test's p-value of the samples against `exact`; outputs
+  expected fewer than 5 times are pooled into one cell."""
+  counts = {}
+  for outcome in samples:
+    counts[outcome] = counts.get(outcome, 0) + 1
+  assert set(counts) <= set(exact), set(counts) - set(exact)
+  n = len(samples)
+  common = [o for o in exact if exact[o] * n >= 5]
+  observed = [counts.get(o, 0) for o in common]
+  expected = [exact[o] * n for o in common]
+  rest_expected = n - sum(expected)
+  if rest_expected > 0:
+    observed.append(n - sum(observed))
+    expected.append(rest_expected)
+  return scipy.stats.chisquare(observed, expected).pvalue
+
+
+def sample_many(model, sampler, k, key=0):
+  source = np.repeat(SOURCE, SAMPLES, axis=0)
+  if k == 0:
+    return generate.sample(model, source, max_len=MAX_LEN, sampler=sampler,
+                           key=key)
+  return generate.blockwise(model, source, k=k, max_len=MAX_LEN,
+                            sampler=sampler, key=key)
+
+
+@pytest.mark.parametrize('k,head_layer', [
+    (0, 'independent'),  # Ancestral sampling: the reference itself.
+    # Every k and every head type by default; the rest of the grid is slow.
+    (2, 'joint'), (3, 'independent'), (4, 'independent'), (4, 'joint'),
+    pytest.param(2, 'independent', marks=pytest.mark.slow),
+    pytest.param(3, 'joint', marks=pytest.mark.slow)])
+def test_samples_have_the_base_models_distribution(k, head_layer):
+  model = tiny_model(head_layer)
+  for index, sampler in enumerate(SAMPLERS):
+    result = sample_many(model, sampler, k, key=index)
+    p_value = chi_square_p_value(outcomes(result),
+                                 exact_distribution(model, sampler))
+    assert p_value > ALPHA, (sampler, p_value)
+    if k:  # The rule accepted proposals: fewer calls than tokens.
+      assert float(result.mean_block_size) > 1.05, sampler
+
+
+def test_a_wrong_acceptance_rule_fails_the_same_test(monkeypatch):
+  # Accept a proposal when it equals a token drawn from p (the rest of the
+  # rule unchanged): a plausible rule whose output is not p's.
+  def equals_a_draw_from_p(log_p_x, log_q_x, uniform):
+    del log_q_x
+    return uniform < jnp.exp(log_p_x)  # P(x == draw) = p(x)
+
+  model = tiny_model('independent')
+  sampler = SAMPLERS[0]
+  exact = exact_distribution(model, sampler)
+  jax.clear_caches()  # Compiled decodes hold the real rule.
+  monkeypatch.setattr(sampling, 'accepted_proposals', equals_a_draw_from_p)
+  try:
+    wrong = chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
+                               exact)
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+  assert wrong < 1e-10, wrong
+
+
+def test_same_key_same_samples_and_an_example_alone_samples_the_same():
+  model = tiny_model('independent')
+  sources = np.array([[5, 6, 7, 1], [3, 4, 1, 0], [6, 1, 0, 0]])
+  keys = jax.random.split(jax.random.key(7), 3)
+  sampler = decoding.Sampler(0.9, top_p=0.95)
+  # Blockwise (ancestral sampling runs the same loop with k = 1).
+  run = lambda inputs, keys: generate.blockwise(
+      model, inputs, k=3, max_len=6, sampler=sampler, key=keys)
+  batch = run(sources, keys)
+  np.testing.assert_array_equal(batch.tokens, run(sources, keys).tokens)
+  for i in range(3):
+    alone = run(sources[i:i + 1], keys[i:i + 1])
+    np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
+    assert int(alone.model_calls[0]) == int(batch.model_calls[i])
+  other = run(sources, jax.random.split(jax.random.key(8), 3))
+  assert not np.array_equal(other.tokens, batch.tokens)
+
+
+def test_sharded_equals_unsharded():
+  model = tiny_model('joint')
+  sources = np.repeat(SOURCE, 8, axis=0)
+  sampler = decoding.Sampler(1.0, top_k=5)
+  mesh = sharding.make_mesh((8,), ('data',))
+  kwargs = dict(k=4, max_len=5, sampler=sampler, key=11)
+  plain = generate.blockwise(model, sources, **kwargs)
+  sharded = generate.blockwise(model, sources, mesh=mesh, **kwargs)
+  np.testing.assert_array_equal(plain.tokens, sharded.tokens)
+
+
+def test_temperature_zero_is_greedy_and_exact_blockwise():
+  model = tiny_model('independent')
+  sources = np.array([[5, 6, 7, 1], [3, 4, 1, 0]])
+  greedy = generate.greedy(model, sources, max_len=6)
+  zero = decoding.Sampler(0.0)
+  np.testing.assert_array_equal(generate.sample(
+      model, sources, max_len=6, sampler=zero).tokens, greedy.tokens)
+  blockwise = generate.blockwise(model, sources, k=3, max_len=6,
+                                 sampler=decoding.Sampler.from_spec('greedy'))
+  np.testing.assert_array_equal(blockwise.tokens, greedy.tokens)
+
+
+def test_typical_acceptance_accepts_likely_proposals():
+  criterion = decoding.Typical(eps=0.3, delta=0.09)
+  # A peaked and a flat distribution over 4 tokens.
+  logits = jnp.log(jnp.array([[0.9, 0.05, 0.03, 0.02],
+                              [0.25, 0.25, 0.25, 0.25]]))
+  passes = lambda token: np.asarray(criterion.accepts(
+      jnp.array([token, token]), logits))
+  # Peaked: threshold min(0.3, 0.09 e^-H) = 0.09 * e^-0.43 = 0.058.
+  np.testing.assert_array_equal(passes(0), [True, True])
+  np.testing.assert_array_equal(passes(1), [False, True])  # Flat: 0.0225.
+  # Typical acceptance decodes (approximately) with sampling.
+  model = tiny_model('independent')
+  result = generate.blockwise(model, np.repeat(SOURCE, 4, axis=0), k=4,
+                              max_len=6, sampler=decoding.Sampler(1.0),
+                              criterion=criterion, key=1)
+  assert result.tokens.shape == (4, 6)
+
+
+def test_warping():
+  logits = jnp.log(jnp.array([0.5, 0.2, 0.15, 0.1, 0.05]))
+  probs = lambda sampler: np.exp(np.asarray(sampler.log_probs(logits)))
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0)),
+                             [0.5, 0.2, 0.15, 0.1, 0.05], rtol=1e-5)
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_k=2)),
+                             [5 / 7, 2 / 7, 0, 0, 0], rtol=1e-5)
+  # Top-p 0.8: 0.5 + 0.2 < 0.8, so 0.15 is kept too.
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.8)),
+                             np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85,
+                             rtol=1e-5)
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.7)),
+                             np.array([0.5, 0.2, 0, 0, 0]) / 0.7, rtol=1e-5)
+  hot = probs(decoding.Sampler(2.0))
+  np.testing.assert_allclose(hot, np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05])
+                             / np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]).sum(),
+                             rtol=1e-5)
+
+
+def test_specs_round_trip():
+  for spec in ('greedy', 'temperature=0.7', 'temperature=1,top_k=40',
+               'temperature=0.8,top_k=5,top_p=0.9'):
+    assert decoding.Sampler.from_spec(spec).spec == spec
+
+
+@pytest.mark.parametrize('sampler,options,message', [
+    (decoding.Sampler(-1.0), {}, r'temperature=-1\.0 must be'),
+    (decoding.Sampler(1.0, top_p=0.0), {}, r'top_p=0\.0 must be in \(0, 1\]'),
+    (decoding.Sampler(1.0, top_p=1.5), {}, r'top_p=1\.5'),
+    (decoding.Sampler(1.0, top_k=-1), {}, r'top_k=-1 must be an integer in '
+     r'\[0, 8\]'),
+    (decoding.Sampler(1.0, top_k=9), {}, r'top_k=9'),
+    (decoding.Sampler(1.0), dict(k=3, criterion=decoding.TopK(2)),
+     "not 'top-k:2'"),
+    (decoding.Sampler(1.0), dict(k=3, min_block=2), 'min_block=1, not 2'),
+    (decoding.Sampler(1.0), dict(criterion=decoding.Typical(0.3, 0.09)),
+     r'ancestral sampling \(k=0\) takes no criterion'),
+])
+def test_bad_sampling_options(sampler, options, message):
+  with pytest.raises(ValueError, match=message):
+    decoding.DecodeOptions(max_len=4, sampler=sampler, **options).check(
+        num_heads=4, vocab_size=VOCAB)
+
+
+def test_bad_specs_and_keys():
+  with pytest.raises(ValueError, match="'warmth=2' is not temperature=T"):
+    decoding.Sampler.from_spec('warmth=2')
+  with pytest.raises(ValueError, match="top_k='x' is not a number"):
+    decoding.Sampler.from_spec('top_k=x')
+  with pytest.raises(ValueError, match=r'typical acceptance needs 0 < eps'):
+    decoding.Typical(0.0, 0.1)
+  with pytest.raises(ValueError, match=r'keys of shape \(2,\) do not match '
+                     r'a batch of 3'):
+    sampling.example_keys(jax.random.split(jax.random.key(0), 2), 3)
