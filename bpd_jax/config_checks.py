@@ -48,6 +48,7 @@ def check(config) -> None:
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
                      f'of criteria, e.g. (\'exact\', \'distance:4\').')
   _check_decoders(ev, model)
+  _check_samplers(config)
   if len(config.mesh.shape) != len(config.mesh.axes):
     raise ValueError(f'mesh.shape={tuple(config.mesh.shape)} and mesh.axes='
                      f'{tuple(config.mesh.axes)} differ in length.')
@@ -105,3 +106,17 @@ def _check_buckets(config) -> None:
     raise ValueError(f'train.bucket_lengths ends at {lengths[-1]}, below the '
                      f'task\'s longest pair ({longest} tokens): those pairs '
                      f'would be dropped; add a bucket of {longest}.')
+
+
+def _check_samplers(config) -> None:
+  """eval.samplers: each a valid sampler, text tasks only."""
+  samplers = config.eval.get('samplers', ())
+  if samplers and tasks.get(config.task.name).kind != 'text':
+    raise ValueError(f'eval.samplers={tuple(samplers)}: sampling is '
+                     f'reported for text tasks; task.name='
+                     f'{config.task.name!r} is not one.')
+  for spec in samplers:
+    try:
+      decoding.Sampler.from_spec(spec).check(vocab_size=2**31)
+    except ValueError as error:
+      raise ValueError(f'eval.samplers: {error}') from error

@@ -70,6 +70,11 @@ def get_config():
   # 'distance:EPS' (decoding/criteria.py).
   ev.criteria = ('exact',)
   ev.min_block = 1  # Fewest tokens accepted per call (<= the smallest k).
+  # Sampled decoders (text tasks), each 'temperature=T[,top_k=K][,top_p=P]':
+  # ancestral sampling, then blockwise sampling at every k with the
+  # 'exact' criterion (the rejection rule: the base model's distribution)
+  # and any 'typical:EPS,DELTA' one, each timed against that ancestral row.
+  ev.samplers = ()
   ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 100  # Examples decoded by those evaluations.
   ev.after_training = True  # The main job evaluates when training ends.

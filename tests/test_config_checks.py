@@ -53,6 +53,9 @@ def test_a_config_at_every_limit_passes():
      'model.max_target_len=48'),
     ('mesh', 'data_axis', 'rows', "mesh.data_axis='rows' is not one of"),
     ('mesh', 'shape', (2, 2), 'differ in length'),
+    ('eval', 'samplers', ('temperature=-1',), r'eval.samplers: '
+     r'temperature=-1.0 must be a finite number >= 0'),
+    ('eval', 'samplers', ('heat=2',), "eval.samplers: sampler 'heat=2'"),
 ])
 def test_bad_fields(section, field, value, message):
   config = demo_config()

@@ -77,3 +77,26 @@ def test_tokenized_bleu_splits_punctuation_as_t2t_bleu():
   plain, _ = text.bleu(hypothesis, reference)
   assert 'tok:intl' in signature
   assert intl == pytest.approx(100.0) and plain < 100.0
+
+
+def test_sampled_rows_are_timed_against_ancestral_sampling():
+  config, model, task = setup()
+  config.eval.ks = (3,)
+  config.eval.criteria = ('exact', 'top-k:2', 'typical:0.3,0.09')
+  config.eval.samplers = ('temperature=0.8',)
+  decoders = spec.decoders_from_config(config.eval)
+  # Top-k verification is argmax-only: no sampled row takes it.
+  assert [d.name for d in decoders] == [
+      'greedy', 'blockwise k=3', 'blockwise k=3 top-k:2',
+      'blockwise k=3 typical:0.3,0.09', 'ancestral temperature=0.8',
+      'blockwise k=3 temperature=0.8',
+      'blockwise k=3 typical:0.3,0.09 temperature=0.8']
+  report = text.evaluate(model, task, 'validation', decoders,
+                         batch_size=4, max_len=8, log=lambda _: None)
+  rows = {r['decoder']: r for r in report['rows']}
+  ancestral = rows['ancestral temperature=0.8']
+  assert ancestral['speedup'] == 1.0 and ancestral['sampler'] == (
+      'temperature=0.8')
+  assert ancestral['identical_to_greedy'] is None
+  assert rows['blockwise k=3 temperature=0.8']['mean_block'] >= 1.0
+  assert rows['greedy']['sampler'] is None

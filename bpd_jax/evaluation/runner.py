@@ -115,8 +115,11 @@ def run(decoder: generate.Decoder, batches: Batches,
     raise ValueError(f'repeats={repeats} must be >= 1.')
 
   def decode(spec):
-    results = [spec.run(decoder, inputs, max_len, tuning, rescorers)
-               for inputs, _ in batches]
+    # A sampling decoder's key is its batch's index: each round draws the
+    # same samples, each batch others.
+    results = [spec.run(decoder, inputs, max_len, tuning, rescorers,
+                        key=index)
+               for index, (inputs, _) in enumerate(batches)]
     return jax.block_until_ready(results)
 
   compile_s = {}

@@ -5,7 +5,8 @@ main job's final table. The decoders run through the harness
 (`runner.run`, one timed round over the whole split after compiling); the
 report gives quality, mean accepted block size, model calls, wall-clock,
 speedup over greedy decoding and the fraction of outputs identical to
-greedy's.
+greedy's; sampling decoders (eval.samplers) their speedup over ancestral
+sampling with the same sampler.
 
 Quality is BLEU twice over, so that both kinds of published figure can be
 compared: `bleu` is sacreBLEU on detokenized output against the raw
@@ -62,7 +63,9 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
     task: the Task (vocabulary and sentence pairs).
     split: split name, e.g. 'validation'.
     decoders: greedy must come first: it is the reference of the speedups
-      and of identical_to_greedy.
+      and of identical_to_greedy (a sampling decoder's speedup is over the
+      ancestral sampling of its sampler, which must be among them; its
+      identical_to_greedy is None).
     batch_size: sentences decoded together (a multiple of the mesh's data
       axis when a mesh is given).
     max_len: most tokens generated per sentence.
@@ -85,11 +88,16 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
                                        model.config.max_source_len))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
                         decoders, max_len=max_len)
-  reference, greedy_wall = measured[0].outputs.tokens, measured[0].wall_s
+  reference = measured[0].outputs.tokens
+  walls = {run.spec: run.wall_s for run in measured}
   rows = []
   tokenized = task.vocab.tokenized_text
   for run in measured:
     spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
+    # Greedy's output is the reference of argmax decoders only; a sampling
+    # decoder's speedup is over ancestral sampling with its sampler.
+    identical = (None if spec.sampling else round(float(
+        (tokens == reference).all(axis=1).mean()), 4))
     hypotheses = [task.vocab.decode(row) for row in tokens]
     score, signature = bleu(hypotheses, references, tokenized_text=tokenized)
     score_intl, signature_intl = bleu(hypotheses, references, 'intl',
@@ -101,9 +109,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
         mean_block=round(run.outputs.mean_block, 3),
         model_calls=run.outputs.iterations, wall_s=round(wall, 3),
         tokens_per_s=round(float(run.outputs.lengths.sum()) / wall, 1),
-        speedup=round(greedy_wall / wall, 3),
-        identical_to_greedy=round(float(
-            (tokens == reference).all(axis=1).mean()), 4)))
+        speedup=round(walls[spec.reference(decoders)] / wall, 3),
+        sampler=spec.sampler or None, identical_to_greedy=identical))
     log(f'  {spec.name}: BLEU {score:.2f}, mean block '
         f'{rows[-1]["mean_block"]}, {wall:.2f} s')
   return dict(split=split, examples=len(pairs), truncated_sources=truncated,
@@ -115,10 +122,11 @@ def report(config, workdir: str, model, task, log=print) -> dict:
   """Runs the comparison, prints the table, writes the JSON report."""
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   model, mesh = placement_lib.placement(model, config, mesh, log)
+  decoders = spec_lib.decoders_from_config(config.eval)
   log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
-      f'sentences) with {len(config.eval.ks) + 1} decoders:')
+      f'sentences) with {len(decoders)} decoders:')
   result = evaluate(
-      model, task, config.eval.split, spec_lib.decoders_from_config(config.eval),
+      model, task, config.eval.split, decoders,
       batch_size=config.eval.batch_size, max_len=config.eval.max_len,
       num_examples=config.eval.num_examples, mesh=mesh, log=log)
   if jax.process_index() == 0:
@@ -128,7 +136,8 @@ def report(config, workdir: str, model, task, log=print) -> dict:
     columns = COLUMNS
     if config.eval.get('tokenized_bleu'):
       columns = ('decoder', 'bleu', 'bleu_intl') + COLUMNS[2:]
-    table = [[row[c] for c in columns] for row in result['rows']]
+    table = [['-' if row[c] is None else row[c] for c in columns]
+             for row in result['rows']]
     log(tabulate.tabulate(table, headers=columns, tablefmt='github'))
     log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '
         f'{result["bleu_signature"]}' + (
