@@ -17,6 +17,12 @@ def test_sweep_order_and_combinations():
   assert names == ['greedy', 'k=2', 'k=4', 'k=4 l=3', 'k=2 top-k:2',
                    'k=4 top-k:2', 'k=4 top-k:2 l=3', 'auto']
   assert runner.sweep([2], auto=False)[-1].name == 'k=2'
+  sampled = runner.sweep([2, 4], ['exact', 'top-k:2', 'typical:0.3,0.09'],
+                         auto=False, samplers=['temperature=0.7'])
+  assert [s.name for s in sampled if s.sampler] == [
+      'ancestral temperature=0.7', 'k=2 temperature=0.7',
+      'k=4 temperature=0.7', 'k=2 typical:0.3,0.09 temperature=0.7',
+      'k=4 typical:0.3,0.09 temperature=0.7']
 
 
 def test_sweep_refuses_a_bad_criterion():
@@ -40,26 +46,33 @@ def rows():
   # Few block sizes: each k compiles its step-cost, loop and decode programs
   # at each batch size.
   tuning = auto_k.tune_k(decoder, inputs, max_len=10, candidates=(3,))
-  settings = runner.sweep([3]) + [runner.setting(3, 'top-k:2', 2)]
+  settings = runner.sweep([3], samplers=['temperature=0.8']) + [
+      runner.setting(3, 'top-k:2', 2)]
   return runner.run(decoder, batches, settings, max_len=10, repeats=2,
                     tuning=tuning, quality=lambda tokens: float(len(tokens)),
                     progress=lambda line: None)
 
 
 def test_a_row_per_batch_size_and_setting(rows):
-  assert len(rows) == 2 * 4
+  assert len(rows) == 2 * 6
   assert all(set(row) == set(runner.COLUMNS) for row in rows)
-  assert [row['batch_size'] for row in rows] == [1] * 4 + [4] * 4
-  assert [row['decoder'] for row in rows[:4]] == [
-      'greedy', 'blockwise', 'auto', 'blockwise']
+  assert [row['batch_size'] for row in rows] == [1] * 6 + [4] * 6
+  assert [(row['decoder'], row['sampler']) for row in rows[:6]] == [
+      ('greedy', None), ('blockwise', None), ('auto', None),
+      ('ancestral', 'temperature=0.8'), ('blockwise', 'temperature=0.8'),
+      ('blockwise', None)]
 
 
 def test_ratios(rows):
   for row in rows:
     greedy = next(r for r in rows if r['batch_size'] == row['batch_size']
                   and r['decoder'] == 'greedy')
-    assert row['speedup'] == pytest.approx(greedy['wall_s'] / row['wall_s'],
-                                           rel=0.01, abs=0.002)
+    # Sampling rows are timed against ancestral sampling, same sampler.
+    reference = greedy if row['sampler'] is None else next(
+        r for r in rows if r['batch_size'] == row['batch_size']
+        and r['decoder'] == 'ancestral' and r['sampler'] == row['sampler'])
+    assert row['speedup'] == pytest.approx(
+        reference['wall_s'] / row['wall_s'], rel=0.01, abs=0.002)
     bound = (row['mean_accepted_block'] * row['step_cost_1_ms']
              / row['step_cost_k_ms'])
     assert row['efficiency'] == pytest.approx(row['speedup'] / bound,
@@ -78,7 +91,9 @@ def test_ratios(rows):
 def test_exact_rows_equal_greedy_and_nothing_recompiles(rows):
   for row in rows:
     assert row['recompiles'] == 0
-    if row['criterion'] == 'exact' and row['min_block'] == 1:
+    if row['sampler'] is not None:  # Drawn tokens: nothing to match.
+      assert row['identical_to_greedy'] is None
+    elif row['criterion'] == 'exact' and row['min_block'] == 1:
       assert row['identical_to_greedy'] == 1.0
       assert row['differences'] == 0
     if row['decoder'] == 'greedy':

@@ -7,7 +7,8 @@ randomly initialised model of the config's architecture), takes the first
 --examples sentences of the config's eval split, and for each batch size
 times greedy decoding, blockwise decoding over the sweep of k x criteria x
 minimum block sizes, and k='auto' (tuned on training sources, not on the
-timed ones), interleaved, --repeats rounds, medians. Writes
+timed ones), and with --sampler (or the config's eval.samplers) ancestral
+and blockwise sampling, interleaved, --repeats rounds, medians. Writes
 OUTPUT_DIR/bench.json (one row per setting, every column), bench.md (the
 table) and bench.png (speedup and mean accepted block against k); see
 docs/benchmarks.md for the columns and the measured figures.
@@ -43,6 +44,10 @@ _CRITERIA = flags.DEFINE_list(
     'criteria', ['exact', 'top-k:2'],
     "Verification criteria: 'exact', 'top-k:T', 'distance:EPS'.")
 _MIN_BLOCKS = flags.DEFINE_list('min_blocks', ['1'], 'Minimum block sizes.')
+_SAMPLERS = flags.DEFINE_multi_string(
+    'sampler', None, "A sampler, e.g. 'temperature=0.7,top_p=0.9' "
+    '(repeatable): ancestral and blockwise sampling rows, timed against '
+    "that ancestral sampling (default: the config's eval.samplers).")
 _EXAMPLES = flags.DEFINE_integer('examples', 256,
                                  'Eval sentences decoded per setting.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.')
@@ -77,6 +82,7 @@ def _options(config) -> dict:
   batch_sizes = _ints('batch_sizes', _BATCH_SIZES.value)
   min_blocks = _ints('min_blocks', _MIN_BLOCKS.value)
   criteria = list(_CRITERIA.value)
+  samplers = list(_SAMPLERS.value or config.eval.get('samplers', ()))
   examples, repeats = _EXAMPLES.value, _REPEATS.value
   calibration_examples = _CALIBRATION.value
   if _QUICK.value:  # Flags given explicitly keep their values.
@@ -92,7 +98,10 @@ def _options(config) -> dict:
   if examples < 1 or repeats < 1:
     raise app.UsageError('--examples and --repeats must be >= 1.')
   settings = runner.sweep(ks, criteria, min_blocks,
-                          auto=calibration_examples > 0)
+                          auto=calibration_examples > 0, samplers=samplers)
+  for spec in settings:  # Samplers and criteria checked together.
+    if spec.kind != 'auto':
+      spec.options(config.eval.max_len).check(heads, vocab_size=2**31)
   return dict(ks=ks, batch_sizes=batch_sizes, examples=examples,
               repeats=repeats, calibration_examples=calibration_examples,
               settings=settings)

@@ -12,6 +12,11 @@ For every batch size the runner
 4. compares each setting's outputs with greedy's (identical fraction, and
    how many differences are floating-point near-ties) and scores them.
 
+Sampling settings (`sweep(samplers=...)`): ancestral sampling, and
+blockwise sampling at every k, per sampler; their speedup is over ancestral
+sampling with the same sampler, their iteration cost that of the sampling
+loop, and they have no greedy output to match (identical_to_greedy None).
+
 Speedup is greedy's median wall time over the setting's at the same batch
 size; efficiency = speedup / (mean accepted block x T(1) / T(k)), the part of
 the speedup the hardware allows that the implementation delivers. Where the
@@ -33,9 +38,11 @@ from bpd_jax.bench import memory
 from bpd_jax.bench import near_ties
 from bpd_jax.bench import step_costs
 from bpd_jax.evaluation import DecoderSpec
+from bpd_jax.evaluation.spec import SAMPLING_CRITERIA
 
 COLUMNS = (
-    'decoder', 'k', 'criterion', 'min_block', 'batch_size', 'compile_s',
+    'decoder', 'k', 'criterion', 'min_block', 'sampler', 'batch_size',
+    'compile_s',
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
@@ -45,28 +52,40 @@ COLUMNS = (
 
 
 def setting(k: int | str = 0, criterion: str = 'exact',
-            min_block: int = 1) -> DecoderSpec:
+            min_block: int = 1, sampler: str = '') -> DecoderSpec:
   """A decoder of the sweep, named as the bench names it: 'greedy',
-  'auto', 'k=4 top-k:2 l=2'."""
+  'auto', 'k=4 top-k:2 l=2', 'ancestral temperature=0.7',
+  'k=4 temperature=0.7'."""
   if k in (0, 'auto'):
-    name = 'auto' if k else 'greedy'
+    name = 'auto' if k else ('ancestral' if sampler else 'greedy')
   else:
     name = f'k={k}' + ('' if criterion == 'exact' else f' {criterion}') + (
         f' l={min_block}' if min_block > 1 else '')
-  return DecoderSpec(k, criterion, min_block, name=name)
+  name += f' {sampler}' if sampler else ''
+  return DecoderSpec(k, criterion, min_block, name=name, sampler=sampler)
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
-          min_blocks: Sequence[int] = (1,),
-          auto: bool = True) -> list[DecoderSpec]:
-  """Greedy first (the reference), every blockwise combination, then auto."""
+          min_blocks: Sequence[int] = (1,), auto: bool = True,
+          samplers: Sequence[str] = ()) -> list[DecoderSpec]:
+  """Greedy first (the reference), every blockwise combination, then auto;
+  then per sampler its ancestral sampling (that sampler's reference) and
+  blockwise sampling at every k with each criterion sampling takes."""
   for spec in criteria:
     decoding.from_spec(spec)  # A bad spec fails here, before any work.
+  for spec in samplers:
+    decoding.Sampler.from_spec(spec)
   settings = [setting()]
   settings += [setting(k, criterion, min_block)
                for criterion in criteria for min_block in min_blocks
                for k in ks if min_block <= k]
-  return settings + ([setting('auto')] if auto else [])
+  settings += [setting('auto')] if auto else []
+  for sampler in samplers:
+    settings.append(setting(sampler=sampler))
+    settings += [setting(k, criterion, sampler=sampler)
+                 for criterion in criteria for k in ks
+                 if criterion.split(':')[0] in SAMPLING_CRITERIA]
+  return settings
 
 
 def run(decoder: generate.Decoder,
@@ -117,6 +136,11 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   loop = {k: timing.loop_iteration_seconds(  # k = 1: greedy's loop.
       decoder, decoding.DecodeOptions(max_len=max_len, k=k if k > 1 else 0),
       batch_size, source_len) for k in ks}
+  # A sampling loop's own cost (warping, draws); one program serves every
+  # sampler at a k.
+  sampled_loop = {s.k: timing.loop_iteration_seconds(
+      decoder, s.options(max_len), batch_size, source_len)
+      for s in settings if s.sampling}
   measured = evaluation.run(
       decoder, batch_list, settings, max_len=max_len, repeats=repeats,
       tuning=tuning, progress=lambda line: progress(
@@ -125,32 +149,41 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
             for run in measured]
 
   inputs = np.concatenate([inputs[:real] for inputs, real in batch_list])
-  reference, greedy_wall = measured[0].outputs.tokens, measured[0].wall_s
+  reference = measured[0].outputs.tokens
+  walls = {run.spec: run.wall_s for run in measured}
   rows = []
   for run, peak in zip(measured, memory):
     setting, out, wall = run.spec, run.outputs, run.wall_s
     k = out.k  # Greedy, and auto where it chose greedy: 1.
-    differ, ties = near_ties.count_differences(model, inputs, reference,
-                                               out.tokens)
+    if setting.sampling:  # Drawn tokens: no greedy output to match.
+      differ = ties = identical = None
+      iteration_s = sampled_loop[setting.k]
+    else:
+      differ, ties = near_ties.count_differences(model, inputs, reference,
+                                                 out.tokens)
+      identical = round(1 - differ / len(out.tokens), 4)
+      iteration_s = loop[k]
     block = out.mean_block
-    speedup = greedy_wall / wall
+    # Over greedy; a sampling setting over ancestral sampling, same sampler.
+    speedup = walls[setting.reference(settings)] / wall
     bound = block * costs[1] / costs[k] if costs[k] else float('nan')
     rows.append(dict(
-        decoder=setting.kind, k=k, criterion=setting.criterion,
-        min_block=setting.min_block, batch_size=batch_size,
+        decoder=_kind(setting), k=k, criterion=setting.criterion,
+        min_block=setting.min_block, sampler=setting.sampler or None,
+        batch_size=batch_size,
         compile_s=round(run.compile_s, 3), wall_s=round(wall, 6),
         tokens=int(out.lengths.sum()),
         tokens_per_s=round(float(out.lengths.sum()) / wall, 1),
         model_calls=out.example_calls, iterations=out.iterations,
         mean_accepted_block=round(block, 3),
-        identical_to_greedy=round(1 - differ / len(out.tokens), 4),
+        identical_to_greedy=identical,
         differences=differ, near_tie_differences=ties,
         quality=None if quality is None else round(quality(out.tokens), 2),
         step_cost_1_ms=_significant(costs[1] * 1e3),
         step_cost_k_ms=_significant(costs[k] * 1e3),
-        iteration_ms=_significant(loop[k] * 1e3),
+        iteration_ms=_significant(iteration_s * 1e3),
         fixed_ms=_significant(
-            (wall - (out.iterations - len(batch_list)) * loop[k])
+            (wall - (out.iterations - len(batch_list)) * iteration_s)
             / len(batch_list) * 1e3),
         speedup=round(speedup, 3),
         efficiency=round(float(speedup / bound), 3),
@@ -163,13 +196,20 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
   return rows
 
 
+def _kind(setting: DecoderSpec) -> str:
+  """The decoder column: 'greedy', 'blockwise', 'auto' or 'ancestral'."""
+  return 'ancestral' if setting.sampling and not setting.k else setting.kind
+
+
 def _significant(value: float, digits: int = 4) -> float:
   return float(f'{value:.{digits}g}')
 
 
 def _memory(decoder, run: evaluation.Measurement, inputs, max_len) -> int:
   """Peak memory of the program the setting decoded with (at its k)."""
-  if run.outputs.k == 1 and run.spec.kind != 'blockwise':
+  if run.spec.sampling:
+    options = run.spec.options(max_len)
+  elif run.outputs.k == 1 and run.spec.kind != 'blockwise':
     options = decoding.DecodeOptions(max_len=max_len)
   else:
     options = decoding.DecodeOptions.from_specs(
