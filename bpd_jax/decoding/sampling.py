@@ -138,6 +138,14 @@ class Sampler:
     """[..., vocab] logits -> the warped distribution's log-probabilities
     (-inf outside the cuts), normalised. Temperature must be > 0."""
     scaled = logits.astype(jnp.float32) / self.temperature
+    # The cuts sort the vocabulary twice per position; a sampler without
+    # cuts skips them (the sampler is traced: a runtime branch).
+    cuts = (jnp.asarray(self.top_k) > 0) | (jnp.asarray(self.top_p) < 1)
+    return jax.lax.cond(cuts, self._cut, functools.partial(
+        jax.nn.log_softmax, axis=-1), scaled)
+
+  def _cut(self, scaled: jax.Array) -> jax.Array:
+    """log_probs of scaled logits through the top-k and top-p cuts."""
     vocab = scaled.shape[-1]
     ranked = jnp.sort(scaled, axis=-1)[..., ::-1]  # Descending.
     # top_k = 0 keeps the whole vocabulary: the cut is the smallest logit.
