@@ -204,9 +204,33 @@ def test_typical_acceptance_accepts_likely_proposals():
   assert result.tokens.shape == (4, 6)
 
 
+# One program for every sampler: its numbers are traced.
+_log_probs = jax.jit(lambda sampler, logits: sampler.log_probs(logits))
+
+
+def probs_of(sampler, logits):
+  return np.exp(np.asarray(_log_probs(sampler, jnp.asarray(logits,
+                                                           jnp.float32))))
+
+
+def reference_warp(scaled, top_k, top_p):
+  """The cuts by sorting, in float64."""
+  order = np.argsort(-scaled)
+  keep = np.zeros(len(scaled), bool)
+  keep[order[:top_k]] = True
+  p = np.where(keep, np.exp(scaled - scaled.max()), 0.0)
+  p /= p.sum()
+  ranked = p[order]
+  before = np.cumsum(ranked) - ranked
+  nucleus = np.zeros(len(p), bool)
+  nucleus[order[before < top_p]] = True
+  p = np.where(nucleus & keep, p, 0.0)
+  return p / p.sum()
+
+
 def test_warping():
   logits = jnp.log(jnp.array([0.5, 0.2, 0.15, 0.1, 0.05]))
-  probs = lambda sampler: np.exp(np.asarray(sampler.log_probs(logits)))
+  probs = lambda sampler: probs_of(sampler, logits)
   np.testing.assert_allclose(probs(decoding.Sampler(1.0)),
                              [0.5, 0.2, 0.15, 0.1, 0.05], rtol=1e-5)
   np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_k=2)),
@@ -215,8 +239,26 @@ def test_warping():
   np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.8)),
                              np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85,
                              rtol=1e-5)
-  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.7)),
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.69)),
                              np.array([0.5, 0.2, 0, 0, 0]) / 0.7, rtol=1e-5)
+  np.testing.assert_allclose(probs(decoding.Sampler(1.0, top_p=0.4)),
+                             [1, 0, 0, 0, 0], rtol=1e-5)
+  # Both cuts, and ties at the k-th value kept.
+  np.testing.assert_allclose(
+      probs(decoding.Sampler(1.0, top_k=3, top_p=0.9)),
+      np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85, rtol=1e-5)
+  tied = probs_of(decoding.Sampler(1.0, top_k=2),
+                  np.log([0.4, 0.2, 0.2, 0.2]))
+  np.testing.assert_allclose(tied, [0.4, 0.2, 0.2, 0.2], rtol=1e-5)
+  # Agrees with a sort-based reference on random logits.
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    random_logits = rng.normal(size=50) * 3
+    top_k, top_p = int(rng.integers(1, 50)), float(rng.uniform(0.05, 1))
+    got = probs_of(decoding.Sampler(0.8, top_k=top_k, top_p=top_p),
+                   random_logits)
+    np.testing.assert_allclose(got, reference_warp(random_logits / 0.8,
+                                                   top_k, top_p), atol=1e-5)
   hot = probs(decoding.Sampler(2.0))
   np.testing.assert_allclose(hot, np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05])
                              / np.sqrt([0.5, 0.2, 0.15, 0.1, 0.05]).sum(),

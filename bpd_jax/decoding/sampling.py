@@ -78,7 +78,7 @@ class Sampler:
   Attributes:
     temperature: logits are divided by it; 0 is greedy decoding.
     top_k: keep the k most likely tokens (0: all). Ties at the k-th value
-      are all kept.
+      (to 2**-32 of the logits' range) are all kept.
     top_p: keep the fewest most likely tokens whose probability reaches
       top_p (1: all), nucleus sampling; ties at the cut are all kept.
   """
@@ -138,28 +138,49 @@ class Sampler:
     """[..., vocab] logits -> the warped distribution's log-probabilities
     (-inf outside the cuts), normalised. Temperature must be > 0."""
     scaled = logits.astype(jnp.float32) / self.temperature
-    # The cuts sort the vocabulary twice per position; a sampler without
-    # cuts skips them (the sampler is traced: a runtime branch).
+    # A sampler without cuts skips them (its numbers are traced: a runtime
+    # branch).
     cuts = (jnp.asarray(self.top_k) > 0) | (jnp.asarray(self.top_p) < 1)
     return jax.lax.cond(cuts, self._cut, functools.partial(
         jax.nn.log_softmax, axis=-1), scaled)
 
   def _cut(self, scaled: jax.Array) -> jax.Array:
-    """log_probs of scaled logits through the top-k and top-p cuts."""
+    """log_probs of scaled logits through the top-k and top-p cuts.
+
+    Each cut is a threshold found by bisection (32 halvings of its range:
+    ties within 2**-32 of it are kept), not by sorting the vocabulary: XLA's
+    sort cost 3.7 ms per call for 8 positions of 1,000 tokens on a CPU, a
+    bisection a few microseconds.
+    """
     vocab = scaled.shape[-1]
-    ranked = jnp.sort(scaled, axis=-1)[..., ::-1]  # Descending.
-    # top_k = 0 keeps the whole vocabulary: the cut is the smallest logit.
-    kth = jnp.where(self.top_k > 0, self.top_k, vocab) - 1
-    cut = jnp.take(ranked, kth, axis=-1)[..., None]
-    scaled = jnp.where(scaled >= cut, scaled, -jnp.inf)
-    log_p = jax.nn.log_softmax(scaled, axis=-1)
-    # Nucleus: the tokens whose higher-ranked mass is still below top_p.
-    ranked_p = jnp.sort(jnp.exp(log_p), axis=-1)[..., ::-1]
-    before = jnp.cumsum(ranked_p, axis=-1) - ranked_p
-    kept = jnp.sum(before < self.top_p, axis=-1, keepdims=True)
-    floor = jnp.take_along_axis(ranked_p, kept - 1, axis=-1)
-    log_p = jnp.where(jnp.exp(log_p) >= floor, log_p, -jnp.inf)
-    return jax.nn.log_softmax(log_p, axis=-1)
+    k = jnp.where(self.top_k > 0, self.top_k, vocab)
+    # The k-th largest logit: the highest t with at least k logits >= t.
+    kth = _bisect(lambda t: (scaled >= t).sum(-1, keepdims=True) >= k,
+                  scaled.min(-1, keepdims=True),
+                  scaled.max(-1, keepdims=True))
+    log_p = jax.nn.log_softmax(jnp.where(scaled >= kth, scaled, -jnp.inf),
+                               axis=-1)
+    p = jnp.exp(log_p)
+    # Nucleus: the highest probability t whose tokens p >= t hold top_p.
+    floor = _bisect(
+        lambda t: jnp.where(p >= t, p, 0.0).sum(-1, keepdims=True)
+        >= self.top_p,
+        jnp.zeros_like(p[..., :1]), p.max(-1, keepdims=True))
+    return jax.nn.log_softmax(jnp.where(p >= floor, log_p, -jnp.inf),
+                              axis=-1)
+
+
+def _bisect(holds, low: jax.Array, high: jax.Array,
+            steps: int = 32) -> jax.Array:
+  """The highest t in [low, high] where `holds(t)` (monotone: true at low,
+  false above some point), to (high - low) / 2**steps."""
+  def halve(_, bounds):
+    low, high = bounds
+    middle = (low + high) / 2
+    ok = holds(middle)
+    return jnp.where(ok, middle, low), jnp.where(ok, high, middle)
+  low, high = jax.lax.fori_loop(0, steps, halve, (low, high))
+  return jnp.where(holds(high), high, low)
 
 
 def example_keys(key, batch: int) -> jax.Array:
@@ -184,10 +205,23 @@ def _call_keys(keys: jax.Array, call: jax.Array, parts: int) -> jax.Array:
 
 
 def _draw(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
-  """One token per row: keys [batch], log_probs [batch, ..., vocab] ->
-  [batch, ...] int32."""
-  return jax.vmap(lambda key, lp: jax.random.categorical(key, lp))(
-      keys, log_probs).astype(jnp.int32)
+  """One token per distribution: keys [batch], log_probs [batch, ...,
+  vocab] -> [batch, ...] int32.
+
+  By the inverse of the cumulative distribution: one uniform draw per
+  token. jax.random.categorical's Gumbel noise needs one per vocabulary
+  entry, which cost 2.3x as much here (8 draws over 1,000 tokens at batch
+  32 on a CPU: 6.1 against 2.6 ms).
+  """
+  probs = jnp.exp(log_probs)
+  cdf = jnp.cumsum(probs, axis=-1)
+  uniform = jax.vmap(lambda key: jax.random.uniform(key, probs.shape[1:-1]))(
+      keys)
+  # In (0, total]: the first token whose cumulative mass reaches it has
+  # positive probability.
+  target = (1.0 - uniform)[..., None] * cdf[..., -1:]
+  drawn = jnp.sum(cdf < target, axis=-1)
+  return jnp.minimum(drawn, probs.shape[-1] - 1).astype(jnp.int32)
 
 
 @jax.tree_util.register_dataclass
@@ -352,32 +386,36 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
       _call_keys(state.keys, state.call, 3), 1, 0)
   if k == 1:
     accepted = jnp.zeros_like(inner.lengths)
-    after = log_p
+    after = log_p[:, 0]
   else:
     proposals = block[:, 1:]
-    log_p_x = jnp.take_along_axis(log_p[:, :-1], proposals[..., None],
-                                  axis=-1)[..., 0]
     if isinstance(criterion, criteria_lib.Typical):
       passes = criterion.accepts(proposals, log_p[:, :-1])
-      after = log_p  # Medusa: the next token from p itself.
     else:
+      log_p_x = jnp.take_along_axis(log_p[:, :-1], proposals[..., None],
+                                    axis=-1)[..., 0]
       log_q_x = jnp.take_along_axis(state.draft_log_q, proposals[..., None],
                                     axis=-1)[..., 0]
       uniform = jax.vmap(lambda key: jax.random.uniform(key, (k - 1,)))(
           coin_key)
       passes = accepted_proposals(log_p_x, log_q_x, uniform)
-      after = jnp.concatenate(
-          [residual_log_probs(log_p[:, :-1], state.draft_log_q),
-           log_p[:, -1:]], axis=1)
     accepted = criteria_lib.accepted_count(passes)
-  # One draw per position; the one after the accepted proposals is used.
-  drawn = _draw(token_key, after)  # [batch, k]
+    after = ops.take_at(log_p, accepted)  # [batch, vocab]
+    if not isinstance(criterion, criteria_lib.Typical):  # Medusa: p itself.
+      # A rejection's residual; after a fully accepted block p itself.
+      rejected_q = ops.take_at(state.draft_log_q,
+                               jnp.minimum(accepted, k - 2))
+      after = jnp.where((accepted < k - 1)[:, None],
+                        residual_log_probs(after, rejected_q), after)
+  # The token after the accepted proposals: one draw per example.
+  token = _draw(token_key, after)
+  scored = jnp.broadcast_to(token[:, None], block.shape)  # Read at accepted.
   tokens, lengths, done, count = blockwise_lib.append_accepted(
-      inner, block, drawn, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      inner, block, scored, accepted, k=k, max_len=max_len, eos_id=eos_id,
       pad_id=pad_id)
   next_block, draft_log_q = _proposals(
-      fns, sampler, criterion, ops.take_at(drawn, accepted),
-      ops.take_at(features, accepted), draft_key, k)
+      fns, sampler, criterion, token, ops.take_at(features, accepted),
+      draft_key, k)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
                                 next_block[:, None], cache, k)
   return SamplingState(inner, draft_log_q, state.keys, state.call + 1)
