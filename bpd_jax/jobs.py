@@ -32,6 +32,7 @@ import os
 import sys
 from typing import Callable
 
+import jax
 from absl import app
 from absl import flags
 from ml_collections import config_flags
@@ -161,8 +162,7 @@ def _hold_workdir(config, workdir: str, init: str | None) -> None:
   that reads a checkpoint compares the architecture and vocabulary; a job
   on random weights has no run to compare with.
   """
-  import jax  # After distributed.initialize: process_index is final.
-  first = jax.process_index() == 0
+  first = jax.process_index() == 0  # Final after distributed.initialize.
   lock_path = os.path.join(workdir, workdir_lib.LOCK_FILE)
   if first and all(lock.path != lock_path for lock in _HELD):
     _HELD.append(workdir_lib.Lock.acquire(workdir, job_name()))
