@@ -80,19 +80,21 @@ def test_setup_stops_before_any_work(given_flags):
 
 
 def user_error_cases(tmp_path):
-  """(name, command, stderr pattern, exit status), each fault injected."""
+  """(name, command, stderr pattern, exit status), each fault injected.
+
+  One subprocess per kind of error (each costs seconds of imports); the
+  variants of a kind are tested in-process (test_workdir.py, the task and
+  config tests, `test_override_errors_name_the_section_and_close_names`).
+  """
   demo = '--config=configs/demo.py'
-  # A parallel corpus with a byte that is not UTF-8, and one with an empty
-  # validation split: both stop before any work.
-  for name, train_de, val_en in (('bad_byte', b'ein Hund\n\xff zwei\n',
-                                  b'a cat\n'),
-                                 ('empty_val', b'ein Hund\nzwei\n', b'')):
-    data = tmp_path / name
-    data.mkdir()
-    (data / 'train.en').write_bytes(b'a dog\ntwo\n')
-    (data / 'train.de').write_bytes(train_de)
-    (data / 'val.en').write_bytes(val_en)
-    (data / 'val.de').write_bytes(b'eine Katze\n' if val_en else b'')
+  # A parallel corpus with a byte that is not UTF-8: it stops before any
+  # work (as an empty split does: the same path, tests of parallel_text).
+  data = tmp_path / 'bad_byte'
+  data.mkdir()
+  (data / 'train.en').write_bytes(b'a dog\ntwo\n')
+  (data / 'train.de').write_bytes(b'ein Hund\n\xff zwei\n')
+  (data / 'val.en').write_bytes(b'a cat\n')
+  (data / 'val.de').write_bytes(b'eine Katze\n')
   multi30k = ['--config=configs/multi30k.py:quick',
               '--config.task.vocab_type=words']
   # A run trained with the demo config (its record and a checkpoint dir).
@@ -117,9 +119,6 @@ def user_error_cases(tmp_path):
                          '--config.model.num_head=3'],
        r"--config\.model\.num_head: section model has no field 'num_head'; "
        r'closest: num_heads, num_proposal_heads\.', 2),
-      ('unknown section', ['evaluate', demo, f'--workdir={tmp_path}/w3',
-                           '--config.modl.d_model=3'],
-       r"the config has no field 'modl'; closest: model\.", 2),
       ('missing flag', ['main', demo],
        r'--workdir must have a value other than None', 2),
       ('no checkpoint', ['evaluate', demo, f'--workdir={tmp_path}/w4'],
@@ -127,17 +126,10 @@ def user_error_cases(tmp_path):
       ('not UTF-8', ['main', *multi30k, f'--workdir={tmp_path}/w5',
                      f'--config.task.data_dir={tmp_path}/bad_byte'],
        r'line 2 of .*bad_byte/train\.de: byte 0xff is not UTF-8', 2),
-      ('empty split', ['main', *multi30k, f'--workdir={tmp_path}/w6',
-                       f'--config.task.data_dir={tmp_path}/empty_val'],
-       r'empty_val/val\.en has no lines', 2),
       ('changed config', ['main', demo, f'--workdir={trained}',
                           '--config.model.d_model=64'],
        r'was trained with another config: model\.d_model 128 \(saved\) vs '
        r'64 \(now\)', 2),
-      ('reader of another model', ['evaluate', demo, f'--workdir={trained}',
-                                   '--config.model.d_ff=100'],
-       r'holds a run of another model: model\.d_ff \d+ \(saved\) vs 100',
-       2),
       ('held workdir', ['main', demo, f'--workdir={tmp_path}/held'],
        rf'held is in use by the test \(pid {os.getpid()} on host', 2),
       ('unwritable workdir', ['main', demo,
@@ -168,3 +160,18 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
       assert len(stdout.splitlines()) <= 3, (name, stdout)
   finally:
     held.release()
+
+
+def test_override_errors_name_the_section_and_close_names():
+  argv = ['job', '--config=configs/demo.py', '--workdir=/w']
+  message = lambda override: jobs._override_error(  # pylint: disable=protected-access
+      argv + [override], KeyError(override))
+  assert message('--config.modl.d_model=3') == (
+      "--config.modl.d_model: the config has no field 'modl'; closest: "
+      'model.')
+  assert message('--config.model.head_layer.x=3') == (
+      '--config.model.head_layer.x: model.head_layer is a value, not a '
+      'section.')
+  assert message('--config.model.zzz=3').startswith(
+      "--config.model.zzz: section model has no field 'zzz'; its fields: "
+      'd_ff, d_model,')
