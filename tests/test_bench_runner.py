@@ -30,13 +30,16 @@ def test_sweep_refuses_a_bad_criterion():
     runner.sweep([2], ['top3'])
 
 
-@pytest.fixture(scope='module')
-def rows():
-  config = TransformerConfig(
+def tiny_model():
+  return Transformer(TransformerConfig(
       vocab_size=12, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
       num_decoder_layers=1, dropout_rate=0.0, max_source_len=8,
-      max_target_len=32, num_proposal_heads=3)
-  model = Transformer(config, rngs=nnx.Rngs(0))
+      max_target_len=32, num_proposal_heads=3), rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope='module')
+def rows():
+  model = tiny_model()
   rng = np.random.default_rng(0)
   sources = [list(rng.integers(3, 12, rng.integers(1, 8))) + [1]
              for _ in range(5)]
@@ -63,11 +66,7 @@ def test_a_row_per_batch_size_and_setting(rows):
 def test_sampling_rows_are_timed_against_ancestral_sampling():
   # One batch size: each sampling setting compiles its decode, loop-cost
   # and memory programs.
-  config = TransformerConfig(
-      vocab_size=12, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-      num_decoder_layers=1, dropout_rate=0.0, max_source_len=8,
-      max_target_len=32, num_proposal_heads=3)
-  model = Transformer(config, rngs=nnx.Rngs(0))
+  model = tiny_model()
   sources = [[5, 6, 7, 1], [3, 4, 1], [8, 1]]
   batches = {2: list(batching.eval_batches(sources, 2, 8))}
   settings = runner.sweep([3], auto=False, samplers=['temperature=0.8'])
