@@ -118,7 +118,8 @@ class Decoder:
     return self._decode(self._weights, self.layout(options.block), inputs,
                         options=options.static(),
                         rescorer_structure=structure, rescorer=arguments,
-                        iterations=iterations, sampler=sampler, keys=keys)
+                        iterations=_iteration_count(iterations),
+                        sampler=sampler, keys=keys)
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
@@ -240,8 +241,12 @@ class Decoder:
       raise ValueError('lowering takes plain drafts (no refinement).')
     inputs = self._checked(inputs, options)
     sampler, keys = self._sampling(options, inputs, 0)
+    # The same arguments as `decode` passes, each by name: a call that left
+    # one out would trace (and compile) a program of its own.
     return self._decode.lower(self._weights, self.layout(options.block),
                               inputs, options=options.static(),
+                              rescorer_structure=None, rescorer=None,
+                              iterations=_iteration_count(None),
                               sampler=sampler, keys=keys)
 
   def layout(self, k: int):
@@ -428,6 +433,13 @@ def _decode_body(model: Transformer, weights, inputs,
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
       min_block=options.min_block, refinement=options.refinement,
       rescore=rescore, **ids)
+
+
+def _iteration_count(iterations) -> np.ndarray:
+  """The loop's traced iteration count: -1 (until done) for None, so that
+  a decode and the timing of its loop (`timing.loop_iteration_seconds`) run
+  one compiled program."""
+  return np.int32(-1 if iterations is None else iterations)
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,7 +1,10 @@
 """Differences between decodes, and whether near-ties explain them."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from bpd_jax.bench import near_ties
@@ -39,3 +42,17 @@ def test_count_differences():
   other[2, 0] = 5
   differ, ties = near_ties.count_differences(m, inputs, reference, other)
   assert differ == 2 and 0 <= ties <= 2
+
+
+def test_padding_the_decoder_input_keeps_the_logits():
+  encoder_decoder = model()
+  decoder_only = Transformer(dataclasses.replace(
+      encoder_decoder.config, num_encoder_layers=0), rngs=nnx.Rngs(1))
+  inputs = np.array([4, 5, 1, 0])
+  for m in (encoder_decoder, decoder_only):
+    alone = near_ties.scoring_logits(m, inputs, [3, 6])
+    padded = near_ties.scoring_logits(m, inputs, [3, 6], length=9)
+    np.testing.assert_allclose(padded, alone, rtol=1e-5, atol=1e-5)
+    assert np.abs(alone - near_ties.scoring_logits(m, inputs, [3, 7])).max() > 1e-3
+  with pytest.raises(ValueError, match='length=2 is shorter'):
+    near_ties.scoring_logits(encoder_decoder, inputs, [3, 6], length=2)

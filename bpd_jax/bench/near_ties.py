@@ -11,13 +11,15 @@ is within rounding of zero.
 
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 # Relative size of a rounding difference in float32 logits after a few
 # layers: margins below this times the logits' scale count as near-ties.
 RELATIVE_TOLERANCE = 1e-4
 
 
-def scoring_logits(model, inputs: np.ndarray, prefix) -> np.ndarray:
+def scoring_logits(model, inputs: np.ndarray, prefix,
+                   length: int | None = None) -> np.ndarray:
   """Head 1's logits [vocab] after `prefix`, by one full forward pass.
 
   Args:
@@ -25,6 +27,10 @@ def scoring_logits(model, inputs: np.ndarray, prefix) -> np.ndarray:
     inputs: [length] one example's source (encoder-decoder) or prompt,
       right-padded.
     prefix: generated tokens before the position.
+    length: the decoder input is padded to this many tokens (None: not
+      padded). Attention is causal, so the padding leaves the position's
+      logits as they are; one length serves every prefix with one compiled
+      pass instead of one per prefix length.
   """
   config = model.config
   inputs = np.asarray(inputs)
@@ -34,17 +40,32 @@ def scoring_logits(model, inputs: np.ndarray, prefix) -> np.ndarray:
   else:
     source = None
     decoder_input = [*inputs[inputs != config.pad_id], *prefix]
-  hidden = model(source, jnp.asarray([decoder_input], jnp.int32))
-  return np.asarray(model.next_token_logits(hidden[0, -1]))
+  position = len(decoder_input) - 1
+  if length is not None:
+    if length < len(decoder_input):
+      raise ValueError(f'length={length} is shorter than the decoder input '
+                       f'({len(decoder_input)} tokens).')
+    decoder_input += [config.pad_id] * (length - len(decoder_input))
+  return np.asarray(_logits_at(model, source,
+                               jnp.asarray([decoder_input], jnp.int32),
+                               jnp.int32(position)))
 
 
-def top2_margin(model, inputs: np.ndarray, prefix) -> float:
+@nnx.jit
+def _logits_at(model, source, decoder_input, position):
+  """[vocab] head-1 logits at `position` of a one-example forward pass."""
+  hidden = model(source, decoder_input)
+  return model.next_token_logits(hidden[0, position])
+
+
+def top2_margin(model, inputs: np.ndarray, prefix,
+                length: int | None = None) -> float:
   """Gap between the scoring model's two best next tokens after `prefix`.
 
   Arguments as `scoring_logits`. Returns the top-2 margin divided by
   max(1, largest |logit|).
   """
-  logits = np.sort(scoring_logits(model, inputs, prefix))
+  logits = np.sort(scoring_logits(model, inputs, prefix, length))
   return float((logits[-1] - logits[-2]) / max(1.0, np.abs(logits).max()))
 
 
@@ -59,9 +80,12 @@ def count_differences(model, inputs: np.ndarray, reference: np.ndarray,
     tokens: [examples, max_len] the other decoder's tokens.
   """
   differ = np.flatnonzero((reference != tokens).any(axis=1))
+  # Every prefix padded to the longest decoder input: one compiled pass.
+  length = reference.shape[1] + (
+      1 if model.config.is_encoder_decoder else inputs.shape[1])
   ties = 0
   for i in differ:
     j = int(np.argmax(reference[i] != tokens[i]))
-    ties += top2_margin(model, inputs[i], reference[i, :j]) < (
+    ties += top2_margin(model, inputs[i], reference[i, :j], length) < (
         RELATIVE_TOLERANCE)
   return len(differ), ties

@@ -38,20 +38,29 @@ def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   return ops.take_at(features, prompt_lengths - 1), cache
 
 
-def run_loop(step, state, iterations: jax.Array | None = None):
+def run_loop(step, state, iterations: jax.Array | int | None = None):
   """Runs the decoding loop: `step` until every example is done.
 
   Args:
     step: state -> state, one model call and its bookkeeping.
     state: the loop state; its `done` [batch] says which examples ended.
-    iterations: run exactly this many steps instead, finished or not (a
-      traced count: one compilation for any number). For timing one
-      iteration of the real loop (`timing.loop_iteration_seconds`):
-      finished examples cost as much as unfinished ones, shapes are fixed.
+    iterations: run exactly this many steps instead, finished or not (for
+      timing one iteration of the real loop, `timing.loop_iteration_seconds`:
+      finished examples cost as much as unfinished ones, shapes are fixed);
+      None or a negative count: until done. A traced count: one compiled
+      loop serves decoding and its timing at any count.
   """
-  if iterations is None:
-    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return jax.lax.fori_loop(0, iterations, lambda _, s: step(s), state)
+  limit = jnp.asarray(-1 if iterations is None else iterations, jnp.int32)
+
+  def running(carry):
+    count, state = carry
+    return jnp.where(limit < 0, ~jnp.all(state.done), count < limit)
+
+  def body(carry):
+    count, state = carry
+    return count + 1, step(state)
+
+  return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
 
 
 def argmax(logits: jax.Array) -> jax.Array:
