@@ -1,10 +1,5 @@
 """Test setup: 8 simulated CPU devices, so sharded decoding can be tested,
-and XLA's CPU backend without LLVM's optimisations.
-
-The tests' models are tiny: compiling their thousands of programs costs more
-than running them, and unoptimised machine code compiles ~30% faster
-(measured on the generate tests). What a test compares (blockwise against
-greedy, sharded against unsharded) runs under the same flags.
+and XLA's CPU backend set to compile fast (tests/xla_flags.py).
 
 The flags must be set before jax creates its CPU client; conftest.py is
 imported before any test module.
@@ -12,10 +7,12 @@ imported before any test module.
 
 import os
 
+import xla_flags
+
 os.environ['XLA_FLAGS'] = ' '.join(
     [os.environ.get('XLA_FLAGS', ''),
      '--xla_force_host_platform_device_count=8',
-     '--xla_backend_optimization_level=0']).strip()
+     xla_flags.COMPILE_FAST]).strip()
 
 
 import gc
@@ -50,3 +47,20 @@ def pytest_xdist_auto_num_workers(config):
   cores = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
            else os.cpu_count() or 1)  # The cores this process may use.
   return max(1, min(cores, 4))
+
+
+# The test files that take longest (`python -m pytest --durations=40`,
+# summed per file), longest first. The workers take whole files in
+# collection order (`--dist loadfile --no-loadscope-reorder`); xdist's own
+# order, by number of tests, started the one-test README file and the
+# subprocess jobs last, and one worker ran them alone for a minute.
+LONGEST_FIRST = ('test_main.py', 'test_generate.py', 'test_train.py',
+                 'test_readme.py', 'test_sampling.py', 'test_bench_runner.py',
+                 'test_transformer.py', 'test_losses.py', 'test_jobs.py')
+
+
+def pytest_collection_modifyitems(config, items):
+  """Collects the longest files first (stable otherwise)."""
+  del config
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

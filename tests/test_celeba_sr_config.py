@@ -11,6 +11,7 @@ import pytest
 from bpd_jax import config_checks
 
 import train_configs
+import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,8 +65,8 @@ def test_runlocal_trains_and_reports_on_mock_celeba(tmp_path):
        f'--workdir={tmp_path}', '--config.eval.num_examples=2',
        '--config.eval.grid_examples=2'],
       cwd=ROOT, capture_output=True, text=True, timeout=900,
-      # One device; unoptimised code as in tests/conftest.py.
-      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
+      # One device; compiled fast as in the test process.
+      env={**os.environ, 'XLA_FLAGS': xla_flags.COMPILE_FAST})
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / 'sr_test.json').read_text())
   rows = {row['decoder']: row for row in report['rows']}

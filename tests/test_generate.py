@@ -136,12 +136,18 @@ def test_exact_blockwise_equals_greedy_with_local_attention(k):
     assert int(reference.lengths.max()) > 3 * 4  # Past several blocks.
 
 
-@pytest.mark.parametrize('encoder_layers, models', [
-    (2, ((1, 0.0),)),
-    pytest.param(0, ((2, 1.0),), marks=pytest.mark.slow),
-    pytest.param(2, ((2, 1.0),), marks=pytest.mark.slow),
-    pytest.param(0, ((1, 0.0),), marks=pytest.mark.slow)])
-def test_every_k_from_1_to_10(encoder_layers, models):
+EVERY_K = tuple(range(1, MAX_HEADS + 1))
+
+
+# Each k compiles its own decode: the default run takes the smallest k, a
+# few between and the largest; the slow run every k on more models.
+@pytest.mark.parametrize('encoder_layers, models, ks', [
+    (2, ((1, 0.0),), (1, 2, 3, 6, MAX_HEADS)),
+    pytest.param(2, ((1, 0.0),), EVERY_K, marks=pytest.mark.slow),
+    pytest.param(0, ((2, 1.0),), EVERY_K, marks=pytest.mark.slow),
+    pytest.param(2, ((2, 1.0),), EVERY_K, marks=pytest.mark.slow),
+    pytest.param(0, ((1, 0.0),), EVERY_K, marks=pytest.mark.slow)])
+def test_k_from_1_to_10(encoder_layers, models, ks):
   # (seed, head_scale): heads near the base's output (0.0) accept long
   # blocks, random ones (1.0) short ones.
   with jax.enable_x64(True):
@@ -150,7 +156,7 @@ def test_every_k_from_1_to_10(encoder_layers, models):
       inputs = random_inputs(seed, 4)
       reference = generate.greedy(model, inputs, max_len=24)
       accepted_blocks = 0
-      for k in range(1, MAX_HEADS + 1):
+      for k in ks:
         result = generate.blockwise(model, inputs, k=k, max_len=24)
         assert_same_or_near_tie(model, inputs, reference, result)
         accepted_blocks += int(result.block_sizes[:, 2:].sum())

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--config=configs/demo.py:quick', '--config.train.tokens_per_batch=0',
         '--config.model.d_model=32',
@@ -21,8 +23,8 @@ def run(module, *flags):
   return subprocess.run(
       [sys.executable, '-m', f'bpd_jax.{module}', *flags], cwd=ROOT,
       capture_output=True, text=True, timeout=600,
-      # One device; unoptimised code as in tests/conftest.py.
-      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
+      # One device; compiled fast as in the test process.
+      env={**os.environ, 'XLA_FLAGS': xla_flags.COMPILE_FAST})
 
 
 def test_train_resume_and_evaluate(tmp_path):

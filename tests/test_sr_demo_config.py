@@ -12,6 +12,7 @@ from bpd_jax import tasks
 from bpd_jax.models import factory
 
 import train_configs
+import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,8 +63,8 @@ def test_quick_run_writes_the_report_and_grid(tmp_path):
       [sys.executable, '-m', 'bpd_jax.main',
        '--config=configs/sr_demo.py:quick', f'--workdir={tmp_path}'],
       cwd=ROOT, capture_output=True, text=True, timeout=1200,
-      # One device; unoptimised code as in tests/conftest.py.
-      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
+      # One device; compiled fast as in the test process.
+      env={**os.environ, 'XLA_FLAGS': xla_flags.COMPILE_FAST})
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / 'sr_validation.json').read_text())
   exact = [r for r in report['rows'] if r.get('criterion') == 'exact'

@@ -156,6 +156,8 @@ def test_preempted_and_resumed_run_equals_an_uninterrupted_one(
                       flat(params_of(uninterrupted)))
 
 
+# A minute of subprocesses; SIGTERM's save-and-resume stays in the default run.
+@pytest.mark.slow
 def test_killed_during_a_save_and_resumed_equals_an_uninterrupted_run(
     tmp_path, uninterrupted):
   workdir = tmp_path / 'run'

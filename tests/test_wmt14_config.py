@@ -21,6 +21,7 @@ from bpd_jax import train
 from bpd_jax.evaluation import text
 
 from train_configs import load_config
+import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -172,8 +173,8 @@ def run_job(module, *flags):
   return subprocess.run(
       [sys.executable, '-m', f'bpd_jax.{module}', *flags], cwd=ROOT,
       capture_output=True, text=True, timeout=600,
-      # One device; unoptimised code as in tests/conftest.py.
-      env={**os.environ, 'XLA_FLAGS': '--xla_backend_optimization_level=0'})
+      # One device; compiled fast as in the test process.
+      env={**os.environ, 'XLA_FLAGS': xla_flags.COMPILE_FAST})
 
 
 @pytest.mark.parametrize('module,flags,message', [
