@@ -61,6 +61,9 @@ def test_a_row_per_batch_size_and_setting(rows):
   assert [row['batch_size'] for row in rows] == [1] * 4 + [4] * 4
   assert [row['decoder'] for row in rows[:4]] == [
       'greedy', 'blockwise', 'auto', 'blockwise']
+  # Each program's first call compiled it (the timings after it reuse it).
+  assert all(row['compile_s'] > 0 for row in rows
+             if row['decoder'] != 'auto')
 
 
 def test_sampling_rows_are_timed_against_ancestral_sampling(rows):
