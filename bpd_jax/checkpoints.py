@@ -18,7 +18,6 @@ raised as `errors.SaveError` by the next `check`, `save` or `wait`.
 """
 
 import contextlib
-import gc
 import os
 import re
 import sys
@@ -54,7 +53,7 @@ class Checkpoints:
       raise ValueError(f'max_to_keep={max_to_keep} must be >= 1.')
     self.directory = os.path.abspath(directory)
     self._log = log
-    _drop_closed_loop_reports()
+    _drop_orbax_unraisable_reports()
     # Orbax's own read_only option logs three warnings; create=False and no
     # saves read as well.
     options = (ocp.CheckpointManagerOptions(create=False) if read_only
@@ -111,16 +110,13 @@ class Checkpoints:
     """
     step_dir = os.path.join(self.directory, str(step))
     reason = None
-    with _quiet_unraisable():
-      try:
-        restored = self._manager.restore(step, args=ocp.args.Composite(**{
-            _STATE: self._restore_args(step, abstract_state, only)}))
-      except Exception as error:  # Orbax/TensorStore raise many kinds.
-        # Only the text is kept: the error's frames hold TensorStore
-        # coroutines that Python reports on stderr once they are collected.
-        reason = _reason(error, step_dir)
-      if reason is not None:
-        gc.collect()  # Those coroutines are reported when collected: now.
+    try:
+      restored = self._manager.restore(step, args=ocp.args.Composite(**{
+          _STATE: self._restore_args(step, abstract_state, only)}))
+    except Exception as error:  # Orbax/TensorStore raise many kinds.
+      # Only the text is kept: the error's frames hold Orbax's read
+      # coroutines (their reports are dropped when they are collected).
+      reason = _reason(error, step_dir)
     if reason is not None:
       raise Damaged(f'checkpoint step {step} in {self.directory} cannot be '
                     f'read: {reason}')
@@ -350,36 +346,31 @@ def _save_errors(directory: str):
                            ) from error
 
 
-@contextlib.contextmanager
-def _quiet_unraisable():
-  """A failed read leaves TensorStore coroutines that Python reports as
-  'Exception ignored in ...' on stderr; the read's own error says it all."""
-  previous = sys.unraisablehook
-  sys.unraisablehook = lambda unraisable: None
-  try:
-    yield
-  finally:
-    sys.unraisablehook = previous
+def _drop_orbax_unraisable_reports() -> None:
+  """Drops Python's reports of Orbax's and TensorStore's abandoned work.
 
-
-def _drop_closed_loop_reports() -> None:
-  """Drops Python's reports of TensorStore callbacks into a closed loop.
-
-  After a failed write, TensorStore completes the save's other writes into
-  an asyncio loop Orbax has closed; each one is reported as an unraisable
-  'RuntimeError: Event loop is closed' with its traceback (hundreds of
-  lines). The failure itself is raised as one SaveError. Installed once;
-  every other unraisable error goes to the previous hook.
+  Two kinds, each reported as an unraisable error with its traceback
+  (hundreds of lines) when Python collects it, often long after the event:
+  after a failed write, TensorStore completes the save's other writes into
+  an asyncio loop Orbax has closed ('RuntimeError: Event loop is closed');
+  after a failed read, Orbax's read coroutines are closed unfinished
+  ('Exception ignored in: <coroutine ...>'). The failure itself is raised
+  as one SaveError or reported as one damaged step. Installed once; every
+  other unraisable error goes to the previous hook.
   """
   previous = sys.unraisablehook
-  if getattr(previous, 'drops_closed_loop_reports', False):
+  if getattr(previous, 'drops_orbax_reports', False):
     return
 
   def hook(unraisable):
     error = unraisable.exc_value
-    if not (isinstance(error, RuntimeError)
-            and str(error) == 'Event loop is closed'):
+    closed_loop = (isinstance(error, RuntimeError)
+                   and str(error) == 'Event loop is closed')
+    code = getattr(unraisable.object, 'cr_code', None)  # A coroutine's.
+    abandoned_read = code is not None and any(
+        library in code.co_filename for library in ('orbax', 'tensorstore'))
+    if not (closed_loop or abandoned_read):
       previous(unraisable)
 
-  hook.drops_closed_loop_reports = True
+  hook.drops_orbax_reports = True
   sys.unraisablehook = hook
