@@ -8,6 +8,7 @@ from bpd_jax import decoding
 from bpd_jax import optim
 from bpd_jax import tasks
 from bpd_jax.models import factory
+from bpd_jax.models import heads as heads_lib
 from bpd_jax.tasks.checks import at_least
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
@@ -68,7 +69,8 @@ def _check_decoders(ev, model) -> None:
         decoding.DecodeOptions.from_specs(
             max_len=ev.max_len, k=k, criterion=spec,
             min_block=ev.min_block if k else 1).check(
-                model.num_proposal_heads, unknown_vocabulary)
+                model.num_proposal_heads, unknown_vocabulary,
+                heads_lib.dependent(model.head_layer))
       except ValueError as error:
         raise ValueError(f'eval (ks={tuple(ev.ks)}, min_block='
                          f'{ev.min_block}, criteria={tuple(ev.criteria)}): '

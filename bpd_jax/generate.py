@@ -42,6 +42,7 @@ from bpd_jax import decoding
 from bpd_jax import rescorers
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.models import heads as heads_lib
 from bpd_jax.models.transformer import DecodeCache, Transformer
 
 
@@ -266,7 +267,8 @@ class Decoder:
 
   def _checked(self, inputs, options: decoding.DecodeOptions):
     """The inputs checked against the options and placed on the mesh."""
-    options.check(self.config.num_proposal_heads, self.config.vocab_size)
+    options.check(self.config.num_proposal_heads, self.config.vocab_size,
+                  heads_lib.dependent(self.config.head_layer))
     return self._place(check_inputs(self.config, inputs, options))
 
   def _place(self, inputs: np.ndarray):
@@ -410,13 +412,16 @@ def _decode_body(model: Transformer, weights, inputs,
   k = options.block
   cache = model.init_cache(batch, options.required_positions(prompt.shape[1]),
                            source)
+  proposals = dict(proposal_logits=functools.partial(
+      model.proposal_logits, k=k, weights=weights))
+  if heads_lib.dependent(config.head_layer):  # Drafts head after head.
+    proposals = dict(draft=functools.partial(model.draft, k=k,
+                                             weights=weights))
   fns = decoding.DecodingFns(
       extend=model.extend,
       next_token_logits=functools.partial(model.next_token_logits,
                                           weights=weights),
-      proposal_logits=functools.partial(model.proposal_logits, k=k,
-                                        weights=weights),
-      take_rows=_take_rows)
+      take_rows=_take_rows, **proposals)
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id, iterations=iterations)
   if options.sampling:

@@ -105,7 +105,12 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     decoder_input = jnp.where(hidden_token, model.config.pad_id,
                               decoder_input)
   hidden = model(batch['source'], decoder_input, dropout_rngs=rngs)
-  states = model.heads(hidden, first, count)  # [batch, T, count, d_model]
+  # Sequential heads read the true tokens before theirs (teacher forcing);
+  # the other head layers ignore them (and XLA drops the unused slices).
+  next_tokens = shifted_targets(target, 0, max(first + count - 1, 1),
+                                model.config.pad_id)
+  states = model.head_states(hidden, first, count, next_tokens)
+  # states: [batch, T, count, d_model]
   labels = shifted_targets(target, first, count, model.config.pad_id)
   weights = head_weights(first, count, head1_weight)
   if random_head:

@@ -26,6 +26,7 @@ from bpd_jax.models import Transformer, TransformerConfig
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
 VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
+HEAD_LAYERS = ('independent', 'joint', 'sequential')  # Every head type.
 
 
 def random_model(seed, encoder_layers=2, head_layer='independent',
@@ -96,7 +97,7 @@ def exact_blockwise_equals_greedy(max_examples):
       k=st.integers(1, MAX_HEADS),
       batch=st.sampled_from([1, 3, 4]),
       encoder_layers=st.sampled_from([2, 0]),
-      head_layer=st.sampled_from(['independent', 'joint']),
+      head_layer=st.sampled_from(HEAD_LAYERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
       max_len=st.sampled_from([5, 20]))
   def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len):
@@ -215,14 +216,30 @@ def test_approximate_criteria_run_and_accept_more():
     assert (forced.block_sizes[:, 1] <= 2).all()
 
 
-@pytest.mark.parametrize('encoder_layers', [
-    2, pytest.param(0, marks=pytest.mark.slow)])
-def test_sharded_over_8_devices_equals_unsharded(encoder_layers):
+@pytest.mark.parametrize('head_layer', HEAD_LAYERS)
+@pytest.mark.parametrize('k', [3, 8])
+def test_exact_blockwise_equals_greedy_for_every_head_layer(head_layer, k):
+  """Every head type on a few fixed models, beside the property test's
+  random draw of them: heads that read each other's proposals too."""
+  with jax.enable_x64(True):
+    for seed, head_scale in ((3, 0.0), (4, 0.3)):
+      model = random_model(seed, head_layer=head_layer, head_scale=head_scale)
+      inputs = random_inputs(seed, 4)
+      reference = generate.greedy(model, inputs, max_len=20)
+      result = generate.blockwise(model, inputs, k=k, max_len=20)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      assert float(result.mean_block_size) > 1.0
+
+
+@pytest.mark.parametrize('encoder_layers,head_layer', [
+    (2, 'independent'), (2, 'sequential'),
+    pytest.param(0, 'independent', marks=pytest.mark.slow)])
+def test_sharded_over_8_devices_equals_unsharded(encoder_layers, head_layer):
   assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
   mesh = jax.make_mesh((8,), ('data',),
                        axis_types=(jax.sharding.AxisType.Auto,))
   with jax.enable_x64(True):
-    model = random_model(13, encoder_layers)
+    model = random_model(13, encoder_layers, head_layer)
     inputs = random_inputs(13, 8)
     for run in (lambda **kw: generate.greedy(model, inputs, max_len=12,
                                              **kw),
@@ -404,3 +421,18 @@ def test_bad_refinements(small_model):
     Refinement(drafts=0)
   with pytest.raises(ValueError, match="rescorer 'bigram' is not one of"):
     Refinement(rescorer='bigram')
+
+
+def test_refinement_is_refused_for_heads_that_read_each_other():
+  from bpd_jax.decoding import Refinement  # pylint: disable=g-import-not-at-top
+  model = random_model(0, head_layer='sequential', dtype='float32')
+  with pytest.raises(ValueError, match="'sequential' heads read each "
+                     "other's proposals"):
+    generate.blockwise(model, [[3, 4, 1]], k=4, max_len=8,
+                       refinement=Refinement(drafts=2, top_t=2))
+  # One draft without a rescorer is plain decoding, which these heads serve.
+  plain = generate.blockwise(model, [[3, 4, 1]], k=4, max_len=8,
+                             refinement=Refinement(drafts=1, top_t=1))
+  np.testing.assert_array_equal(
+      plain.tokens, generate.blockwise(model, [[3, 4, 1]], k=4,
+                                       max_len=8).tokens)

@@ -121,3 +121,28 @@ def test_input_dropout_hides_decoder_inputs_but_not_labels():
   # Rate 0, or no dropout key (evaluation): the inputs are the targets.
   np.testing.assert_allclose(run(0.0)[0], run(0.5, None)[0], rtol=1e-6)
   assert float(run(0.5)[0]) != float(run(0.0)[0])
+
+
+def test_sequential_heads_are_trained_on_the_true_previous_tokens():
+  """Teacher forcing: head h reads the true token h - 1 positions on, so
+  its loss is the cross-entropy of the heads fed exactly those tokens."""
+  config = TransformerConfig.from_size('tiny', vocab_size=12,
+                                       num_proposal_heads=4,
+                                       head_layer='sequential')
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  _, batch = setup()
+  value, metrics = loss(model, batch, 1, 3)
+  target = batch['target']
+  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
+  next_tokens = losses.shifted_targets(target, 0, 3)
+  logits = model.head_logits(hidden, 1, 3, next_tokens)
+  labels = losses.shifted_targets(target, 1, 3)
+  mask = labels != 0
+  per_head = (losses.token_losses(logits, labels, 0.1) * mask).sum((0, 1)) \
+      / mask.sum((0, 1))
+  np.testing.assert_allclose(float(value), float(per_head.mean()), rtol=1e-5)
+  # Other tokens fed to the heads give another loss: the labels are read.
+  wrong = model.head_logits(hidden, 1, 3, (next_tokens + 1) % 12)
+  other = (losses.token_losses(wrong, labels, 0.1) * mask).sum() / mask.sum()
+  assert abs(float(other) - float(value)) > 1e-4
+  assert (metrics['tokens'][1:] > 0).all()

@@ -109,8 +109,9 @@ def sample_many(model, sampler, k, key=0):
 @pytest.mark.parametrize('k,head_layer', [
     (0, 'independent'),  # Ancestral sampling: the reference itself.
     # Every k and every head type by default; the rest of the grid is slow.
-    (2, 'joint'), (3, 'independent'), (4, 'joint'),
+    (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
+    pytest.param(3, 'sequential', marks=pytest.mark.slow),
     pytest.param(3, 'joint', marks=pytest.mark.slow),
     pytest.param(4, 'independent', marks=pytest.mark.slow)])
 def test_samples_have_the_base_models_distribution(k, head_layer):

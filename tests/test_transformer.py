@@ -153,6 +153,12 @@ def test_config_errors_name_value_and_limit(field, value, message):
     TransformerConfig(**{**TINY, field: value})
 
 
+def test_sequential_heads_need_head1_from_base():
+  with pytest.raises(ValueError, match="head_layer='sequential' starts from "
+                     "the base model's own next token"):
+    TransformerConfig(**TINY, head_layer='sequential', head1_from_base=False)
+
+
 def test_unknown_size():
   with pytest.raises(ValueError, match="unknown model size 'huge'"):
     TransformerConfig.from_size('huge', vocab_size=10)
@@ -190,3 +196,34 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
   np.testing.assert_allclose(model.proposal_logits(hidden, 2),
                              model.head_logits(hidden, 1, 1),
                              rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('tie_output', [True, False])
+def test_sequential_draft_is_the_teacher_forced_heads_on_its_own_tokens(
+    tie_output):
+  """A draft made head after head equals the training-time heads fed the
+  draft's own tokens; each head reads the token chosen before it."""
+  model = Transformer(TransformerConfig(
+      **{**TINY, 'num_proposal_heads': 4}, tie_output=tie_output,
+      head_layer='sequential'), rngs=nnx.Rngs(0))
+  hidden = jax.random.normal(jax.random.key(1), (3, TINY['d_model']))
+  token = jnp.asarray([3, 4, 5])
+  chosen = []
+
+  def choose(index, logits):  # Not the argmax: the draft must follow it.
+    assert logits.shape == (3, TINY['vocab_size'])
+    chosen.append(index)
+    return (jnp.argmax(logits, -1) + index + 1) % TINY['vocab_size']
+
+  proposals, logits = model.draft(hidden, token, choose, 4)
+  assert chosen == [0, 1, 2] and proposals.shape == (3, 3)
+  next_tokens = jnp.concatenate([token[:, None], proposals], 1)[:, None]
+  expected = model.head_logits(hidden[:, None], 1, 3, next_tokens)[:, 0]
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(
+      proposals, (jnp.argmax(expected, -1) + jnp.arange(1, 4))
+      % TINY['vocab_size'])
+  with pytest.raises(ValueError, match='pass next_tokens'):
+    model.head_logits(hidden[:, None], 1, 3)
+  with pytest.raises(ValueError, match='use sequential_step'):
+    model.proposal_logits(hidden, 3)

@@ -30,6 +30,7 @@ from bpd_jax import tasks
 from bpd_jax.bench import report
 from bpd_jax.bench import runner
 from bpd_jax.evaluation import text
+from bpd_jax.models import heads as heads_lib
 from bpd_jax.tasks import batching
 
 _INIT = jobs.define_init()
@@ -101,7 +102,8 @@ def _options(config) -> dict:
                           auto=calibration_examples > 0, samplers=samplers)
   for spec in settings:  # Samplers and criteria checked together.
     if spec.kind != 'auto':
-      spec.options(config.eval.max_len).check(heads, vocab_size=2**31)
+      spec.options(config.eval.max_len).check(
+          heads, 2**31, heads_lib.dependent(config.model.head_layer))
   return dict(ks=ks, batch_sizes=batch_sizes, examples=examples,
               repeats=repeats, calibration_examples=calibration_examples,
               settings=settings)

@@ -27,6 +27,7 @@ import numpy as np
 from bpd_jax import ops
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.models import heads as heads_lib
 
 @functools.partial(jax.jit, static_argnames=('k', 'positions'))
 def _chained_calls(model, source, k: int, positions: int, calls):
@@ -48,8 +49,14 @@ def _chained_calls(model, source, k: int, positions: int, calls):
     scored = ops.argmax(model.next_token_logits(features, weights))
     if k == 1:
       return scored, cache
-    proposals = prompt_lib.argmax(
-        model.proposal_logits(features[:, -1], k, weights))
+    if heads_lib.dependent(model.config.head_layer):
+      # The draft's head-after-head work is part of a call's cost.
+      proposals, _ = model.draft(features[:, -1], scored[:, -1],
+                                 lambda index, logits: ops.argmax(logits), k,
+                                 weights)
+    else:
+      proposals = prompt_lib.argmax(
+          model.proposal_logits(features[:, -1], k, weights))
     return jnp.concatenate([scored[:, :1], proposals], axis=1), cache
 
   block = jnp.full((batch, k), model.config.bos_id, jnp.int32)

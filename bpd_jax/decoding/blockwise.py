@@ -96,7 +96,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
   Args:
-    fns: the model's decoding functions; `proposal_logits` gives heads 2..k.
+    fns: the model's decoding functions; `proposal_logits` (or `draft`)
+      gives heads 2..k.
     cache: an empty cache of `prompt.required_positions(P, max_len, k)`.
     prompt: [batch, P] right-padded decoder prompts (bos_id alone for an
       encoder-decoder).
@@ -167,7 +168,8 @@ def _plain_draft(fns, token, features, tokens, lengths, k) -> jax.Array:
   del tokens, lengths
   if k == 1:
     return token[:, None, None]
-  proposals = prompt_lib.argmax(fns.proposal_logits(features))
+  proposals, _ = prompt_lib.draft(
+      fns, features, token, lambda index, logits: prompt_lib.argmax(logits))
   return jnp.concatenate([token[:, None], proposals], axis=1)[:, None]
 
 
@@ -175,6 +177,10 @@ def _refined_drafts(refinement, rescore, fns, token, features, tokens,
                     lengths, k) -> jax.Array:
   """[batch, p, k]: p drafts from the heads' lattice (`refine.propose`)."""
   del k
+  if fns.draft is not None:
+    raise ValueError('draft refinement reads a lattice of independent '
+                     "heads' top-t; these heads read each other's proposals "
+                     '(DecodingFns.draft).')
   return refine_lib.propose(refinement, rescore, token,
                             fns.proposal_logits(features),
                             _history(refinement, tokens, lengths))

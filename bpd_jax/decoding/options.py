@@ -97,9 +97,14 @@ class DecodeOptions:
     return prompt_lib.required_positions(prompt_length, self.max_len,
                                          self.block)
 
-  def check(self, num_heads: int, vocab_size: int) -> None:
+  def check(self, num_heads: int, vocab_size: int,
+            dependent_heads: str = '') -> None:
     """Raises ValueError naming the value that a model of `num_heads`
-    proposal heads and this vocabulary cannot decode with."""
+    proposal heads and this vocabulary cannot decode with.
+
+    `dependent_heads`: the name of the model's head layer where its heads
+    read each other's proposals ('' otherwise): no lattice refinement.
+    """
     if not isinstance(self.max_len, int) or self.max_len < 1:
       raise ValueError(f'max_len={self.max_len!r} must be an integer >= 1.')
     if not isinstance(self.criterion, criteria_lib.Criterion):
@@ -133,6 +138,12 @@ class DecodeOptions:
         raise ValueError(f'refinement={self.refinement!r} is not a '
                          f'decoding.Refinement.')
       self.refinement.check(self.k, vocab_size)
+      if dependent_heads and not self.refinement.is_plain:
+        raise ValueError(
+            f'draft refinement picks drafts from a lattice of independent '
+            f"heads' top-t; {dependent_heads!r} heads read each other's "
+            f'proposals, so their drafts are made one head after another: '
+            f'decode them without a refinement.')
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampling_lib.Sampler):

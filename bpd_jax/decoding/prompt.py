@@ -1,4 +1,5 @@
-"""The steps every decoder shares: the prompt pass and the buffer layout."""
+"""The steps every decoder shares: the prompt pass, the buffer layout and
+the heads' drafts."""
 
 import jax
 import jax.numpy as jnp
@@ -66,3 +67,27 @@ def run_loop(step, state, iterations: jax.Array | int | None = None):
 def argmax(logits: jax.Array) -> jax.Array:
   """Greedy token ids: [..., vocab] -> [...] int32."""
   return ops.argmax(logits)
+
+
+def draft(fns: DecodingFns, features: jax.Array, token: jax.Array,
+          choose) -> tuple[jax.Array, jax.Array]:
+  """Heads 2..k's proposals after a position, and what they were chosen from.
+
+  Args:
+    fns: the model's decoding functions: `draft` where the heads read each
+      other's proposals, else `proposal_logits`.
+    features: [batch, ...] the features at the last accepted position.
+    token: [batch] head 1's token there.
+    choose: (index, logits [batch, n, vocab]) -> [batch, n] tokens of draft
+      positions index .. index + n - 1 (argmax, or a draw). Independent
+      heads choose all k - 1 at once (index 0); dependent heads one at a
+      time.
+
+  Returns:
+    (proposals [batch, k - 1], logits [batch, k - 1, vocab]).
+  """
+  if fns.draft is not None:
+    return fns.draft(features, token,
+                     lambda index, logits: choose(index, logits[:, None])[:, 0])
+  logits = fns.proposal_logits(features)
+  return choose(0, logits), logits

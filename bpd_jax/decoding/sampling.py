@@ -338,13 +338,17 @@ def _proposals(fns, sampler, criterion, token, features, keys, k):
   """
   if k == 1:
     return token[:, None], jnp.zeros((token.shape[0], 0, 1))
-  logits = fns.proposal_logits(features)  # [batch, k - 1, vocab]
   if isinstance(criterion, criteria_lib.Typical):
-    proposals = prompt_lib.argmax(logits)
+    proposals, logits = prompt_lib.draft(
+        fns, features, token, lambda index, logits: prompt_lib.argmax(logits))
     log_q = jnp.zeros(logits.shape[:2] + (1,))
   else:
-    log_q = sampler.log_probs(logits)
-    proposals = _draw(keys, log_q)
+    # Dependent heads draw position by position: each its own key.
+    choose = lambda index, logits: _draw(
+        keys if index == 0 else jax.vmap(jax.random.fold_in, (0, None))(
+            keys, index), sampler.log_probs(logits))
+    proposals, logits = prompt_lib.draft(fns, features, token, choose)
+    log_q = sampler.log_probs(logits)  # [batch, k - 1, vocab]
   return jnp.concatenate([token[:, None], proposals], axis=1), log_q
 
 

@@ -22,8 +22,17 @@ class DecodingFns(NamedTuple):
     next_token_logits: features [..., ...] -> [..., vocab]. The scoring model
       (head 1): the distribution of the token after each position.
     proposal_logits: features [batch, ...] -> [batch, k - 1, vocab]. Heads
-      2..k: the tokens 2..k positions after the given one. Unused by greedy
+      2..k: the tokens 2..k positions after the given one, each head on its
+      own (the heads do not read each other's proposals). Unused by greedy
       decoding and by blockwise decoding with k = 1.
+    draft: for heads that read earlier heads' proposals, instead of
+      `proposal_logits`: (features [batch, ...], token [batch], choose) ->
+      (proposals [batch, k - 1], logits [batch, k - 1, vocab]). `token` is
+      head 1's token at that position; the model makes the draft head after
+      head, calling choose(index, logits [batch, vocab]) -> [batch] for the
+      token of draft position `index` (0-based: head index + 2) before the
+      next head reads it. The logits are what each proposal was chosen from.
+      None: heads 2..k are independent (`proposal_logits`).
     take_rows: (cache, rows [n]) -> the cache of those rows, in that order.
       Used only to verify several drafts per example (draft refinement):
       each draft gets its own cache rows (every leaf's leading axis is the
@@ -35,6 +44,8 @@ class DecodingFns(NamedTuple):
   extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
   next_token_logits: Callable[[Any], jax.Array]
   proposal_logits: Callable[[Any], jax.Array] | None = None
+  draft: Callable[[Any, jax.Array, Callable[[int, jax.Array], jax.Array]],
+                  tuple[jax.Array, jax.Array]] | None = None
   take_rows: Callable[[Cache, jax.Array], Cache] | None = None
 
 

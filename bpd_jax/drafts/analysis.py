@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpd_jax import losses
 from bpd_jax.models.transformer import Transformer
 
 
@@ -57,7 +58,11 @@ def _predict(model, sources, outputs, heads, top_t):
       [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
        outputs[:, :-1]], axis=1)
   hidden = model(sources, decoder_input)
-  logits = model.head_logits(hidden, 0, heads)
+  # Heads that read earlier proposals are fed the greedy tokens: the drafts
+  # a decoder sees up to a draft's first miss, all that acceptance reads.
+  next_tokens = losses.shifted_targets(outputs, 0, max(heads - 1, 1),
+                                       config.pad_id)
+  logits = model.head_logits(hidden, 0, heads, next_tokens)
   probs = jax.nn.softmax(logits)
   confidence, top = jax.lax.top_k(probs, top_t)
   return top, confidence[..., 0]

@@ -6,6 +6,7 @@ line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
 """
 
 from bpd_jax import decoding
+from bpd_jax.models import heads as heads_lib
 
 
 def check(config, heads: int | None = None, vocab_size: int | None = None):
@@ -37,8 +38,14 @@ def check(config, heads: int | None = None, vocab_size: int | None = None):
                      "sentences.")
   refinements = [decoding.Refinement.from_spec(spec, d.lm_window)
                  for spec in d.refinements]
+  dependent = heads_lib.dependent(config.model.head_layer)
   for refinement in refinements:
     for k in ks:
-      decoding.DecodeOptions(max_len=1, k=k, refinement=refinement).check(
-          heads or k, vocab_size or refinement.top_t)
+      try:
+        decoding.DecodeOptions(max_len=1, k=k, refinement=refinement).check(
+            heads or k, vocab_size or refinement.top_t, dependent)
+      except ValueError as error:
+        more = ' (set --config.drafts.refinements=())' if dependent else ''
+        raise ValueError(f'drafts.refinements={tuple(d.refinements)}: '
+                         f'{error}{more}') from error
   return refinements

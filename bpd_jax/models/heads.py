@@ -1,8 +1,9 @@
-"""The blockwise proposal head (Stern et al. 2018, section 6).
+"""The blockwise proposal heads (Stern et al. 2018, section 6, and beyond).
 
 Head i (1-based) predicts the token i positions after the current one from
 the decoder output h at that position: head_i(h) = h + FFN_i(h), followed by
-the model's own (shared) vocabulary projection. Two layouts of the FFN:
+the model's own (shared) vocabulary projection. Two layouts of the paper's
+FFN:
 
 - "joint", as in the paper: one hidden layer of size H * hidden shared by all
   H heads with a layer, and an output of size H * d_model, one slice a head.
@@ -11,6 +12,14 @@ the model's own (shared) vocabulary projection. Two layouts of the FFN:
   weights, more than the decoder it sits on, and reading them every decoding
   step costs more than the step itself at batch 1; independent heads of the
   same hidden size read 1/H of that for the same proposal.
+
+Heads that see each other's proposals ("sequential", after Hydra): head i
+reads the state of head i - 1 and the embedding of the token head i - 1
+proposed, s_i = s_{i-1} + FFN_i([s_{i-1}; e(x_{i-1})]) with s_1 = h, so
+head 2 knows head 1's token and each later head every earlier proposal
+(through the chain of states). Drafts are then made one head after another
+(`sequential_step`); training feeds the true tokens (teacher forcing).
+Head 1 is the base model's output here.
 
 Head 1 is either the base model's own next-token output, untouched
 (`head1_from_base=True`: verification is against the original model, and
@@ -24,7 +33,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-HEAD_LAYERS = ('joint', 'independent')
+HEAD_LAYERS = ('joint', 'independent', 'sequential')
+# Head layers whose heads read earlier heads' proposals: their drafts are
+# made head after head, and the top-t lattice of draft refinement does not
+# describe them.
+DEPENDENT_HEAD_LAYERS = ('sequential',)
+
+
+def dependent(layer: str) -> str:
+  """`layer` if its heads read each other's proposals, else ''."""
+  return layer if layer in DEPENDENT_HEAD_LAYERS else ''
 
 
 @jax.tree_util.register_dataclass
@@ -39,14 +57,17 @@ class HeadWeights:
   Attributes:
     w_in: [d_model, hidden_total] input weights of the heads' hidden layer:
       the joint layer's whole hidden layer, or the independent heads' input
-      weights side by side (one product for all heads instead of `count`).
-    b_in: [hidden_total].
-    w_out: [count, hidden, d_model] (independent: each head's own hidden
-      slice) or [hidden_total, count, d_model] (joint).
+      weights side by side (one product for all heads instead of `count`);
+      sequential heads: [count, 2 * d_model, hidden], each head's own.
+    b_in: [hidden_total] ([count, hidden] sequential).
+    w_out: [count, hidden, d_model] (independent and sequential: each head's
+      own hidden slice) or [hidden_total, count, d_model] (joint).
     b_out: [count, d_model].
     base_first: static; the run starts with head 1 taken from the base
       model (the decoder output itself, no layer).
     joint: static; the layout is the joint layer's.
+    sequential: static; the heads read earlier heads' proposals
+      (`sequential_step`), `apply_heads` does not serve them.
   """
   w_in: jax.Array | None
   b_in: jax.Array | None
@@ -54,6 +75,8 @@ class HeadWeights:
   b_out: jax.Array | None
   base_first: bool = dataclasses.field(metadata=dict(static=True))
   joint: bool = dataclasses.field(metadata=dict(static=True))
+  sequential: bool = dataclasses.field(default=False,
+                                       metadata=dict(static=True))
 
 
 def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
@@ -66,6 +89,9 @@ def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
   Returns:
     [..., count, d_model].
   """
+  if weights.sequential and weights.w_in is not None:
+    raise ValueError('sequential heads read the tokens earlier heads '
+                     'proposed: use sequential_step (or sequential_states).')
   states = [h[..., None, :]] if weights.base_first else []
   if weights.w_in is not None:
     hidden = jax.nn.relu(h.astype(weights.w_in.dtype) @ weights.w_in
@@ -78,6 +104,47 @@ def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
       out = jnp.einsum('...kf,kfd->...kd', hidden, weights.w_out)
     states.append(h[..., None, :] + out + weights.b_out)
   return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
+
+
+def sequential_step(weights: HeadWeights, index: int, state: jax.Array,
+                    previous: jax.Array) -> jax.Array:
+  """The state of one sequential head from the state and token before it.
+
+  Args:
+    weights: sequential heads' weights (`ProposalHeads.weights`).
+    index: 0-based head within `weights` (not counting a base-first head 1).
+    state: [..., d_model] the previous head's state (the decoder output for
+      the first layer head).
+    previous: [..., d_model] the embedding of the previous head's token.
+
+  Returns:
+    [..., d_model].
+  """
+  x = jnp.concatenate([state, previous.astype(state.dtype)], axis=-1)
+  hidden = jax.nn.relu(x.astype(weights.w_in.dtype) @ weights.w_in[index]
+                       + weights.b_in[index])
+  return state + hidden @ weights.w_out[index] + weights.b_out[index]
+
+
+def sequential_states(weights: HeadWeights, h: jax.Array,
+                      previous: jax.Array) -> jax.Array:
+  """Head states of a run of sequential heads from head 1 on, every
+  earlier head fed the given tokens (teacher forcing).
+
+  Args:
+    weights: from `ProposalHeads.weights(0, count)`.
+    h: [..., d_model] decoder outputs (head 1's state).
+    previous: [..., count - 1, d_model] embeddings of the tokens heads
+      1 .. count - 1 are taken to have proposed.
+
+  Returns:
+    [..., count, d_model].
+  """
+  states = [h]
+  for index in range(previous.shape[-2]):
+    states.append(sequential_step(weights, index, states[-1],
+                                  previous[..., index, :]))
+  return jnp.stack(states, axis=-2)
 
 
 class ProposalHeads(nnx.Module):
@@ -96,8 +163,9 @@ class ProposalHeads(nnx.Module):
       num_heads: k, the number of heads, head 1 included.
       hidden: hidden width of one head's feed-forward layer (the joint layer
         has num_heads_with_layer * hidden units in all).
-      layer: 'joint' or 'independent'.
-      head1_from_base: head 1 is the decoder output itself (no layer).
+      layer: one of HEAD_LAYERS.
+      head1_from_base: head 1 is the decoder output itself (no layer);
+        sequential heads need it.
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
@@ -108,6 +176,9 @@ class ProposalHeads(nnx.Module):
       raise ValueError(f'num_heads={num_heads} must be >= 1.')
     if hidden < 1:
       raise ValueError(f'head hidden size {hidden} must be >= 1.')
+    if layer == 'sequential' and not head1_from_base:
+      raise ValueError('sequential heads start from the base model\'s own '
+                       'next token: head1_from_base must be True.')
     self.num_heads = num_heads
     self.layer = layer
     self.head1_from_base = head1_from_base
@@ -123,22 +194,38 @@ class ProposalHeads(nnx.Module):
     if layer == 'joint':
       self.w_in, self.b_in = p(d_model, n * hidden), z(n * hidden)
       self.w_out, self.b_out = p(n * hidden, n, d_model), z(n, d_model)
+    elif layer == 'sequential':
+      self.w_in, self.b_in = p(n, 2 * d_model, hidden), z(n, hidden)
+      self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
     else:
       self.w_in, self.b_in = p(n, d_model, hidden), z(n, hidden)
       self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
 
-  def __call__(self, h: jax.Array, first: int, count: int) -> jax.Array:
+  def __call__(self, h: jax.Array, first: int, count: int,
+               previous: jax.Array | None = None) -> jax.Array:
     """States of heads first+1 .. first+count (1-based) from decoder outputs.
 
     Args:
       h: [..., d_model] decoder outputs.
       first: 0-based index of the first head wanted.
       count: number of consecutive heads wanted.
+      previous: sequential heads only: [..., first + count - 1, d_model]
+        embeddings of the tokens heads 1 .. first + count - 1 are taken to
+        have proposed (in training the true ones).
 
     Returns:
       [..., count, d_model].
     """
-    return apply_heads(self.weights(first, count), h)
+    if self.layer != 'sequential':
+      return apply_heads(self.weights(first, count), h)
+    needed = first + count - 1
+    if previous is None or previous.shape[-2] < needed:
+      raise ValueError(f'sequential heads {first + 1}..{first + count} need '
+                       f'the embeddings of {needed} earlier tokens, got '
+                       f'{None if previous is None else previous.shape}.')
+    states = sequential_states(self.weights(0, first + count), h,
+                               previous[..., :needed, :])
+    return states[..., first:, :]
 
   def weights(self, first: int, count: int) -> HeadWeights:
     """The weights of heads first+1 .. first+count (1-based), laid out.
@@ -158,10 +245,16 @@ class ProposalHeads(nnx.Module):
     first -= 1 if self.head1_from_base else 0
     if not count:
       return HeadWeights(None, None, None, None, base_first=True,
-                         joint=self.layer == 'joint')
+                         joint=self.layer == 'joint',
+                         sequential=self.layer == 'sequential')
     heads = slice(first, first + count)
     dtype = self.dtype or self.w_in.dtype
     cast = lambda param: param.astype(dtype)
+    if self.layer == 'sequential':
+      # Applied one head at a time: each head keeps its own weights.
+      return HeadWeights(cast(self.w_in[heads]), cast(self.b_in[heads]),
+                         cast(self.w_out[heads]), cast(self.b_out[heads]),
+                         base_first=base_first, joint=False, sequential=True)
     if self.layer == 'joint':
       # All heads share the hidden layer; only their output slices are read.
       w_in, b_in = self.w_in[...], self.b_in[...]

@@ -71,7 +71,8 @@ class TransformerConfig:
     share_embeddings: encoder and decoder share one token embedding.
     tie_output: the vocabulary projection is the transposed target embedding.
     num_proposal_heads: k, the number of blockwise heads (1: base model only).
-    head_layer: 'independent' or 'joint' (see models/heads.py).
+    head_layer: 'independent', 'joint' or 'sequential' (heads that read the
+      previous head's proposed token; see models/heads.py).
     head_hidden: hidden width of one head's layer; None means d_ff.
     head1_from_base: head 1 is the base model's next-token output, untouched.
     local_attention_block: 0 for causal attention over every earlier decoder
@@ -136,6 +137,9 @@ class TransformerConfig:
     check(self.head_layer in heads_lib.HEAD_LAYERS,
           f'head_layer={self.head_layer!r} is not one of '
           f'{heads_lib.HEAD_LAYERS}.')
+    check(self.head_layer != 'sequential' or self.head1_from_base,
+          "head_layer='sequential' starts from the base model's own next "
+          'token: head1_from_base must be True.')
     check(self.head_hidden is None or self.head_hidden >= 1,
           f'head_hidden={self.head_hidden} must be >= 1 (or None for d_ff).')
     check(self.dtype in DTYPES and self.param_dtype in DTYPES,
@@ -220,10 +224,13 @@ class DecodingWeights:
       inside the decoding loop on every call.
     scoring: head 1.
     proposals: heads 2..k (None for k = 1).
+    embed: [vocab_size, d_model] the token embedding sequential heads read
+      their predecessors' tokens with (None for other heads).
   """
   vocab: jax.Array
   scoring: heads_lib.HeadWeights
   proposals: heads_lib.HeadWeights | None
+  embed: jax.Array | None = None
 
 
 class FeedForward(nnx.Module):
@@ -379,18 +386,40 @@ class Transformer(nnx.Module):
       x = x + positions_lib.sinusoidal(positions, config.d_model, x.dtype)
     return _dropout(self.embed_dropout, x, dropout_rngs)
 
-  def head_logits(self, hidden: jax.Array, first: int, count: int):
-    """Logits of heads first+1 .. first+count from decoder outputs.
+  def head_states(self, hidden: jax.Array, first: int, count: int,
+                  next_tokens: jax.Array | None = None) -> jax.Array:
+    """States of heads first+1 .. first+count from decoder outputs.
 
     Args:
-      hidden: [..., d_model] decoder outputs.
+      hidden: [batch, T, d_model] decoder outputs.
       first: 0-based index of the first head.
       count: number of heads.
+      next_tokens: [batch, T, >= first + count - 1] the tokens after each
+        position (`losses.shifted_targets(target, 0, ...)`): what heads
+        1, 2, ... are taken to have proposed, read by sequential heads
+        (teacher forcing); unused by the other head layers.
 
     Returns:
-      [..., count, vocab_size].
+      [batch, T, count, d_model].
     """
-    return self.logits(self.heads(hidden, first, count))
+    if self.heads.layer not in heads_lib.DEPENDENT_HEAD_LAYERS:
+      return self.heads(hidden, first, count)
+    if next_tokens is None:
+      raise ValueError(f'{self.heads.layer} heads read the tokens before '
+                       'theirs: pass next_tokens.')
+    previous = self.token_embedding(next_tokens[..., :first + count - 1])
+    return self.heads(hidden, first, count, previous)
+
+  def head_logits(self, hidden: jax.Array, first: int, count: int,
+                  next_tokens: jax.Array | None = None) -> jax.Array:
+    """Logits of heads first+1 .. first+count: `head_states` through the
+    vocabulary projection, [batch, T, count, vocab_size]."""
+    return self.logits(self.head_states(hidden, first, count, next_tokens))
+
+  def token_embedding(self, tokens: jax.Array) -> jax.Array:
+    """[...] target tokens -> [..., d_model], scaled as the decoder's
+    input embedding, without positions (what sequential heads read)."""
+    return self.target_embed(tokens) * math.sqrt(self.config.d_model)
 
   def logits(self, states: jax.Array) -> jax.Array:
     """The shared vocabulary projection: [..., d_model] -> [..., vocab]."""
@@ -409,9 +438,15 @@ class Transformer(nnx.Module):
       vocab = self.target_embed.embedding[...].T
     else:
       vocab = self.output.kernel[...]
+    dtype = _dtype(self.config.dtype)
+    embed = None
+    if self.heads.layer in heads_lib.DEPENDENT_HEAD_LAYERS and k > 1:
+      embed = (self.target_embed.embedding[...]
+               * math.sqrt(self.config.d_model)).astype(dtype)
     return DecodingWeights(
-        vocab=vocab.astype(_dtype(self.config.dtype)), scoring=self.heads.weights(0, 1),
-        proposals=self.heads.weights(1, k - 1) if k > 1 else None)
+        vocab=vocab.astype(dtype), scoring=self.heads.weights(0, 1),
+        proposals=self.heads.weights(1, k - 1) if k > 1 else None,
+        embed=embed)
 
   def next_token_logits(self, hidden: jax.Array,
                         weights: DecodingWeights | None = None) -> jax.Array:
@@ -440,6 +475,34 @@ class Transformer(nnx.Module):
       weights = self.decoding_weights(k)
     states = heads_lib.apply_heads(weights.proposals, hidden)
     return states.astype(weights.vocab.dtype) @ weights.vocab
+
+  def draft(self, hidden: jax.Array, token: jax.Array, choose, k: int,
+            weights: DecodingWeights | None = None):
+    """Heads 2..k's draft made head after head (sequential heads).
+
+    Args:
+      hidden: [batch, d_model] decoder outputs at the last accepted position.
+      token: [batch] head 1's token there (the one just accepted).
+      choose: (index, logits [batch, vocab]) -> [batch] the token of draft
+        position `index` (0-based, head index + 2), e.g. argmax or a draw.
+      k: the block size, 2 <= k <= num_proposal_heads.
+      weights: from `decoding_weights(k)`.
+
+    Returns:
+      (proposals [batch, k - 1], logits [batch, k - 1, vocab_size]: the
+      distribution each proposal was chosen from).
+    """
+    if weights is None:
+      weights = self.decoding_weights(k)
+    state, previous = hidden, token
+    proposals, logits = [], []
+    for index in range(k - 1):
+      state = heads_lib.sequential_step(weights.proposals, index, state,
+                                        weights.embed[previous])
+      logits.append(state.astype(weights.vocab.dtype) @ weights.vocab)
+      previous = choose(index, logits[-1])
+      proposals.append(previous)
+    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1)
 
   # --- Full-sequence passes (training and scoring).
 
