@@ -13,20 +13,53 @@ other jobs): BLEU 33.2 for every decoder, identical_to_greedy 1.0, mean
 accepted block 1.33 / 1.44 / 1.45 / 1.45 for k = 2 / 4 / 6 / 8 (frozen base);
 the README's Multi30k section has the whole table.
 
-Options (`--config=configs/multi30k.py:data_dir=/path,quick`): data_dir (the
-corpus directory), quick (a short run that checks the setup). Fields not
-set here keep configs/base.py's value (documented there).
+Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
+
+    data_dir=DIR     the corpus directory
+    quick            a short run that checks the setup
+    init_from=DIR    train only the heads, on the base of the run in DIR
+                     (base_steps=0; its vocabulary is reused)
+    base=finetuned   fine-tune the whole model with the heads, head 1
+                     keeping half the loss (default frozen: the base stays
+                     bit-identical)
+    heads=TYPE       the head layer: independent (default), joint or
+                     sequential (heads that read the previous head's token)
+    distilled=DIR    train on a distilled corpus (python -m bpd_jax.distill
+                     writes DIR/train.src/.tgt and copies the validation
+                     split: BLEU is still against the real references)
+
+The paper's recipe (sequence-level distillation, then fine-tuning), on a
+trained base in $RUNS/base:
+
+    python -m bpd_jax.distill --config=configs/multi30k.py --workdir=$RUNS/base \
+        --output_dir=$RUNS/distilled
+    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,distilled=$RUNS/distilled,base=finetuned \
+        --workdir=$RUNS/distilled_finetuned
+    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=sequential \
+        --workdir=$RUNS/sequential_frozen
+
+Fields not set here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax import config_options
 
 base = config_options.sibling(__file__, 'base')
 
+BASES = ('frozen', 'finetuned')
+HEAD_LAYERS = ('independent', 'joint', 'sequential')
+
 
 def get_config(arg=None):
-  options = config_options.parse(arg, data_dir='../shared/data/multi30k',
-                                 quick=False)
-  quick = options['quick']
+  options = config_options.parse(
+      arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
+      base='frozen', heads='independent', distilled='')
+  quick, init_from = options['quick'], options['init_from']
+  if options['base'] not in BASES:
+    raise ValueError(f'config option base={options["base"]!r} is not one of '
+                     f'{BASES}.')
+  if options['heads'] not in HEAD_LAYERS:
+    raise ValueError(f'config option heads={options["heads"]!r} is not one '
+                     f'of {HEAD_LAYERS}.')
   config = base.get_config()
 
   task = config.task
@@ -38,6 +71,15 @@ def get_config(arg=None):
   task.train_limit = 2_000 if quick else 0  # Training pairs read (0: all).
   task.vocab_type = 'sentencepiece'  # Subwords trained on the training text.
   task.vocab_size = 1_000 if quick else 4_000  # Shared source/target pieces.
+  # An existing vocabulary (the base run's with init_from); '':
+  # WORKDIR/vocab.model, trained on the first run.
+  task.vocab_path = f'{init_from}/vocab.model' if init_from else ''
+  if options['distilled']:
+    task.data_dir = options['distilled']  # Written by bpd_jax.distill.
+    task.source_lang = 'src'  # Source file suffix.
+    task.target_lang = 'tgt'  # Target file suffix.
+    # The distilled training split; validation keeps the real references.
+    task.splits = dict(train='train', validation='validation')
   task.max_source_len = 32  # Longest training source, in pieces with eos (99%).
   task.max_target_len = 32  # Longest training target, in pieces with eos (98%).
 
@@ -48,12 +90,19 @@ def get_config(arg=None):
   model.num_decoder_layers = 2  # Decoder depth.
   model.max_source_len = 96  # Longest source the encoder takes (eval too).
   model.max_target_len = 112  # Decoder positions: eval.max_len + k must fit.
+  model.head_layer = options['heads']  # See configs/base.py.
 
   train = config.train
   train.batch_size = 64  # Sentence pairs a step, over all devices.
-  train.base_steps = 60 if quick else 3_000  # Phase 'base': the whole model.
+  # Phase 'base': the whole model (none when the heads go on init_from's).
+  train.base_steps = 0 if init_from else (60 if quick else 3_000)
   train.head_steps = 20 if quick else 1_000  # Phase 'heads': the heads.
-  train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
+  train.init_from = init_from  # Workdir of the trained base ('': train it).
+  # Heads on a frozen base (False: fine-tune all).
+  train.freeze_base = options['base'] == 'frozen'
+  # Head 1's share of a fine-tuning loss (0: 1/k), so the base keeps its
+  # quality while the heads learn.
+  train.head1_weight = 0.0 if train.freeze_base else 0.5
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then 1/sqrt(step) decay.
   train.log_every = 20 if quick else 250  # Steps between progress lines.
@@ -65,4 +114,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 300,
                                      lm_steps=100 if quick else 2000)
+  if options['heads'] == 'sequential':
+    # Refinement's lattice is of independent heads: the analysis only.
+    config.drafts.refinements = ()
   return config

@@ -26,6 +26,15 @@ def test_every_k_is_timed_with_one_program(encoder_layers):
   assert step_costs._chained_calls._cache_size() == compiled + 2
 
 
+def test_sequential_heads_draft_inside_the_timed_call():
+  model = Transformer(CONFIG.__class__(**{
+      **CONFIG.__dict__, 'head_layer': 'sequential'}), rngs=nnx.Rngs(0))
+  costs = step_costs.measure_all(model, [3], batch_size=2, source_len=5,
+                                 max_len=10, repeats=2)
+  # Their drafts come from model.draft: proposal_logits would raise here.
+  assert set(costs) == {3}
+
+
 @pytest.mark.parametrize('k', [0, 4])
 def test_k_outside_the_heads(k):
   model = Transformer(CONFIG, rngs=nnx.Rngs(0))

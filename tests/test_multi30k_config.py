@@ -1,0 +1,55 @@
+"""configs/multi30k.py: the frozen default and the recipe's options."""
+
+import itertools
+
+import pytest
+
+from bpd_jax import config_checks
+
+from train_configs import load_config
+
+
+def test_every_option_combination_builds_and_passes_the_checks():
+  checked = 0
+  for init, base, heads, distilled in itertools.product(
+      ('', '/runs/base'), ('frozen', 'finetuned'),
+      ('independent', 'joint', 'sequential'), ('', '/runs/distilled')):
+    config = load_config('multi30k', f'init_from={init},base={base},'
+                         f'heads={heads},distilled={distilled}')
+    config_checks.check(config)
+    assert config.model.head_layer == heads
+    # Sequential heads take no refinement: the draft job analyses them only.
+    assert (not config.drafts.refinements) == (heads == 'sequential')
+    assert config.train.freeze_base == (base == 'frozen')
+    # Fine-tuning keeps half the loss on head 1 (the base's own output).
+    assert config.train.head1_weight == (0.0 if base == 'frozen' else 0.5)
+    assert (config.train.base_steps == 0) == bool(init)
+    assert config.train.init_from == init
+    assert config.task.vocab_path == (f'{init}/vocab.model' if init else '')
+    if distilled:
+      assert config.task.data_dir == distilled
+      assert (config.task.source_lang, config.task.target_lang) == ('src',
+                                                                    'tgt')
+      # bpd_jax.distill copies the validation split under its own name:
+      # BLEU is against the real references.
+      assert config.task.splits.validation == 'validation'
+    else:
+      assert config.task.splits.validation == 'val'
+    checked += 1
+  assert checked == 24
+
+
+def test_default_is_the_frozen_independent_run():
+  config = load_config('multi30k')
+  assert (config.model.head_layer, config.train.freeze_base,
+          config.train.base_steps) == ('independent', True, 3_000)
+
+
+@pytest.mark.parametrize('arg,message', [
+    ('base=melted', "base='melted' is not one of"),
+    ('heads=tree', "heads='tree' is not one of"),
+    ('beam=4', "unknown config option 'beam'"),
+])
+def test_bad_options(arg, message):
+  with pytest.raises(ValueError, match=message):
+    load_config('multi30k', arg)
