@@ -90,12 +90,17 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       image early in training; hiding some previous pixels makes the
       encoder's input worth reading (word dropout, Bowman et al. 2016).
 
+  The autoregressive draft layer's heads are its drafting steps; its loss
+  adds `draft_feature_loss`, the regression of each step's state to the
+  base's feature there (EAGLE's), over the trained heads after head 1.
+
   Returns:
     (loss, metrics) where metrics holds per-head sums over the batch, each
     [num_proposal_heads]: loss_sum, correct, tokens (zero for heads that were
     not trained this step).
   """
   target = batch['target']
+  draft_layer = model.config.head_layer == 'autoregressive'
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
   decoder_input = shift_right(target, model.config.bos_id)
   if input_dropout and dropout_key is not None:
@@ -111,6 +116,9 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                                 model.config.pad_id)
   states = model.head_states(hidden, first, count, next_tokens)
   # states: [batch, T, count, d_model]
+  feature_loss = (draft_feature_loss(states, first, hidden, target,
+                                     model.config.pad_id)
+                  if draft_layer and first + count > 1 else 0.0)
   labels = shifted_targets(target, first, count, model.config.pad_id)
   weights = head_weights(first, count, head1_weight)
   if random_head:
@@ -132,4 +140,37 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   metrics = dict(loss_sum=scatter(losses.sum((0, 1))),
                  correct=scatter(correct.sum((0, 1))),
                  tokens=scatter(mask.sum((0, 1))))
-  return (per_head_loss * weights).sum(), metrics
+  return (per_head_loss * weights).sum() + feature_loss, metrics
+
+
+def draft_feature_loss(states: jax.Array, first: int, hidden: jax.Array,
+                       target: jax.Array, pad_id: int) -> jax.Array:
+  """Smooth-L1 distance of the draft layer's states to the base's features
+  they estimate (EAGLE's regression), mean over the steps, positions and
+  features.
+
+  Args:
+    states: [batch, T, count, d_model] states of heads first+1 ..
+      first+count; head h + 1 (0-based h >= 1) at position t estimates
+      hidden[:, t + h].
+    first: 0-based index of states' first head.
+    hidden: [batch, T, d_model] the base's decoder outputs; a fixed target
+      (no gradient into the base from this loss).
+    target: [batch, T] target ids: hidden[:, t + h] counts where
+      target[:, t + h] is not pad_id.
+    pad_id: padding id.
+  """
+  length = hidden.shape[1]
+  hidden = jax.lax.stop_gradient(hidden).astype(jnp.float32)
+  total = count = 0.0
+  for index in range(states.shape[2]):
+    h = first + index
+    if h == 0 or h >= length:
+      continue  # Head 1 is the base itself; no feature that far.
+    error = jnp.abs(states[:, :length - h, index].astype(jnp.float32)
+                    - hidden[:, h:])
+    smooth_l1 = jnp.where(error < 1.0, 0.5 * error**2, error - 0.5).mean(-1)
+    mask = (target[:, h:] != pad_id).astype(jnp.float32)
+    total += (smooth_l1 * mask).sum()
+    count += mask.sum()
+  return total / jnp.maximum(count, 1.0)

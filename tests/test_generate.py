@@ -26,7 +26,8 @@ from bpd_jax.models import Transformer, TransformerConfig
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
 VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
-HEAD_LAYERS = ('independent', 'joint', 'sequential')  # Every head type.
+HEAD_LAYERS = ('independent', 'joint', 'sequential',
+               'autoregressive')  # Every head type.
 
 
 def random_model(seed, encoder_layers=2, head_layer='independent',
@@ -53,8 +54,29 @@ def random_model(seed, encoder_layers=2, head_layer='independent',
       x.dtype, jnp.floating) else x, state)
   model = nnx.merge(graphdef, state)
   if head_scale != 1.0:
-    model.heads.w_out[...] = model.heads.w_out[...] * head_scale
+    scale_heads(model, head_scale)
   return model
+
+
+def scale_heads(model, head_scale):
+  """Moves the heads towards proposing head 1's token again (0: always).
+
+  The paper's and sequential heads: their output weights scaled. The draft
+  layer: its attention and feed-forward outputs scaled and its input layer
+  moved towards passing the base's feature through, so that at 0 it
+  estimates the base's next feature by the current one.
+  """
+  if model.config.head_layer != 'autoregressive':
+    model.heads.w_out[...] = model.heads.w_out[...] * head_scale
+    return
+  draft = model.heads.draft
+  d_model = model.config.d_model
+  kernel = draft.fuse.kernel[...]
+  passing = jnp.concatenate([jnp.eye(d_model), jnp.zeros((d_model, d_model))
+                             ]).astype(kernel.dtype)
+  draft.fuse.kernel[...] = head_scale * kernel + (1 - head_scale) * passing
+  draft.attention.out.kernel[...] = draft.attention.out.kernel[...] * head_scale
+  draft.down.kernel[...] = draft.down.kernel[...] * head_scale
 
 
 def random_inputs(seed, batch, length=6):
@@ -232,7 +254,7 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(head_layer, k):
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
-    (2, 'independent'), (2, 'sequential'),
+    (2, 'independent'), (2, 'sequential'), (0, 'autoregressive'),
     pytest.param(0, 'independent', marks=pytest.mark.slow)])
 def test_sharded_over_8_devices_equals_unsharded(encoder_layers, head_layer):
   assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
@@ -423,10 +445,11 @@ def test_bad_refinements(small_model):
     Refinement(rescorer='bigram')
 
 
-def test_refinement_is_refused_for_heads_that_read_each_other():
+@pytest.mark.parametrize('head_layer', ['sequential', 'autoregressive'])
+def test_refinement_is_refused_for_heads_that_read_each_other(head_layer):
   from bpd_jax.decoding import Refinement  # pylint: disable=g-import-not-at-top
-  model = random_model(0, head_layer='sequential', dtype='float32')
-  with pytest.raises(ValueError, match="'sequential' heads read each "
+  model = random_model(0, head_layer=head_layer, dtype='float32')
+  with pytest.raises(ValueError, match=f"'{head_layer}' heads read each "
                      "other's proposals"):
     generate.blockwise(model, [[3, 4, 1]], k=4, max_len=8,
                        refinement=Refinement(drafts=2, top_t=2))

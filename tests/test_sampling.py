@@ -110,6 +110,7 @@ def sample_many(model, sampler, k, key=0):
     (0, 'independent'),  # Ancestral sampling: the reference itself.
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
+    (3, 'autoregressive'),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'sequential', marks=pytest.mark.slow),
     pytest.param(3, 'joint', marks=pytest.mark.slow),

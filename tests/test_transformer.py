@@ -198,32 +198,52 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('tie_output', [True, False])
-def test_sequential_draft_is_the_teacher_forced_heads_on_its_own_tokens(
-    tie_output):
-  """A draft made head after head equals the training-time heads fed the
-  draft's own tokens; each head reads the token chosen before it."""
+@pytest.mark.parametrize('head_layer,tie_output', [
+    ('sequential', True), ('sequential', False), ('autoregressive', True),
+    ('autoregressive', False)])
+def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(head_layer,
+                                                               tie_output):
+  """A draft made head after head through the cache equals the
+  training-time heads (no cache) fed the draft's own tokens; each head
+  reads the token chosen before it, and a draft layer's stale entries
+  (past the last accepted position, or from an earlier draft) are unread."""
   model = Transformer(TransformerConfig(
-      **{**TINY, 'num_proposal_heads': 4}, tie_output=tie_output,
-      head_layer='sequential'), rngs=nnx.Rngs(0))
-  hidden = jax.random.normal(jax.random.key(1), (3, TINY['d_model']))
-  token = jnp.asarray([3, 4, 5])
-  chosen = []
+      **{**TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0},
+      tie_output=tie_output, head_layer=head_layer), rngs=nnx.Rngs(0))
+  vocab = TINY['vocab_size']
+  rng = np.random.default_rng(0)
+  source = jnp.asarray(rng.integers(3, vocab, (3, 5)))
+  inputs = jnp.asarray(rng.integers(3, vocab, (3, 12)))  # Decoder inputs.
+  features = model(source, inputs)  # [3, 12, d], no cache.
+  cache = model.init_cache(3, 16, source)
 
   def choose(index, logits):  # Not the argmax: the draft must follow it.
-    assert logits.shape == (3, TINY['vocab_size'])
-    chosen.append(index)
-    return (jnp.argmax(logits, -1) + index + 1) % TINY['vocab_size']
+    assert logits.shape == (3, vocab)
+    return (jnp.argmax(logits, -1) + index + 1) % vocab
 
-  proposals, logits = model.draft(hidden, token, choose, 4)
-  assert chosen == [0, 1, 2] and proposals.shape == (3, 3)
-  next_tokens = jnp.concatenate([token[:, None], proposals], 1)[:, None]
-  expected = model.head_logits(hidden[:, None], 1, 3, next_tokens)[:, 0]
-  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(
-      proposals, (jnp.argmax(expected, -1) + jnp.arange(1, 4))
-      % TINY['vocab_size'])
-  with pytest.raises(ValueError, match='pass next_tokens'):
-    model.head_logits(hidden[:, None], 1, 3)
+  def check(cache, start, n, last):
+    """Drafts after position start + last from the n positions at start."""
+    window = slice(start, start + n)
+    proposals, logits, cache = model.draft(
+        cache, features[:, window], inputs[:, start + 1:start + n + 1],
+        jnp.full((3,), start), jnp.full((3,), last), choose, 4)
+    assert proposals.shape == (3, 3)
+    anchor = start + last
+    # Heads 2..4 at the anchor read token anchor + 1, then the proposals;
+    # every earlier position reads its true next token.
+    next_tokens = np.array(jnp.stack(
+        [jnp.roll(inputs, -1, axis=1)] * 3, axis=-1))
+    next_tokens[:, anchor, 1:] = np.asarray(proposals[:, :2])
+    expected = model.head_logits(features, 1, 3, jnp.asarray(next_tokens))
+    np.testing.assert_allclose(logits, expected[:, anchor], rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_array_equal(
+        proposals, (jnp.argmax(logits, -1) + jnp.arange(1, 4)) % vocab)
+    return cache
+
+  cache = check(cache, 0, 6, 2)  # Positions 3..5 stale, drafts at 3..4.
+  check(cache, 3, 4, 1)  # Overwrites them; drafts after position 4.
+  with pytest.raises(ValueError, match='need the embeddings'):
+    model.heads(features, 1, 3)
   with pytest.raises(ValueError, match='use sequential_step'):
-    model.proposal_logits(hidden, 3)
+    model.proposal_logits(features[:, 0], 3)

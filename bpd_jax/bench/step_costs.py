@@ -50,10 +50,13 @@ def _chained_calls(model, source, k: int, positions: int, calls):
     if k == 1:
       return scored, cache
     if heads_lib.dependent(model.config.head_layer):
-      # The draft's head-after-head work is part of a call's cost.
-      proposals, _ = model.draft(features[:, -1], scored[:, -1],
-                                 lambda index, logits: ops.argmax(logits), k,
-                                 weights)
+      # The draft's head-after-head work (a draft layer's cache writes
+      # too) is part of a call's cost; drafted after the block's first
+      # position, as after a rejection.
+      first = jnp.zeros((batch,), jnp.int32)
+      proposals, _, cache = model.draft(
+          cache, features, scored, start, first,
+          lambda index, logits: ops.argmax(logits), k, weights)
     else:
       proposals = prompt_lib.argmax(
           model.proposal_logits(features[:, -1], k, weights))

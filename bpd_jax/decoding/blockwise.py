@@ -122,8 +122,10 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   if not 1 <= min_block <= k:
     raise ValueError(f'min_block={min_block} must be in [1, k={k}].')
   batch = prompt.shape[0]
-  last, cache = prompt_lib.prefill(fns, cache, prompt, prompt_lengths)
-  first = prompt_lib.argmax(fns.next_token_logits(last))
+  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
+                                           prompt_lengths)
+  first = prompt_lib.argmax(fns.next_token_logits(
+      ops.take_at(features, prompt_lengths - 1)))
   if refinement is not None and not refinement.is_plain and k > 1:
     propose = functools.partial(_refined_drafts, refinement, rescore)
     drafts = refinement.drafts
@@ -136,11 +138,13 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
       first)
   lengths = jnp.ones((batch,), jnp.int32)
+  block, cache = propose(
+      fns, cache, features,
+      prompt_lib.prompt_next_tokens(prompt, prompt_lengths, first),
+      jnp.zeros_like(prompt_lengths), prompt_lengths - 1, tokens, lengths, k)
   state = BlockwiseState(
       tokens=tokens, lengths=lengths,
-      done=(first == eos_id) | (max_len == 1),
-      block=propose(fns, first, last, tokens, lengths, k),
-      cache=cache,
+      done=(first == eos_id) | (max_len == 1), block=block, cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
   step = functools.partial(
@@ -155,35 +159,47 @@ def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
                       block_sizes=state.block_sizes)
 
 
-def _plain_draft(fns, token, features, tokens, lengths, k) -> jax.Array:
-  """[batch, 1, k]: the accepted token, then heads 2..k's argmax after it.
+def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
+                 lengths, k) -> tuple[jax.Array, Cache]:
+  """([batch, 1, k]: the accepted token, then heads 2..k's argmax after
+  it; the cache).
 
   Args:
     fns: the model's decoding functions.
-    token: [batch] the scoring model's next token.
-    features: [batch, ...] the features at the last accepted position.
+    cache: the model's cache.
+    features: [batch, n, ...] the outputs of the positions just scored,
+      from absolute position start [batch].
+    next_tokens: [batch, n] the token after each (`prompt_lib.draft`).
+    last: [batch] index of the last accepted position; the scoring model's
+      token after it is next_tokens at `last`.
     tokens, lengths: the output so far (read by refined drafts only).
     k: block size.
   """
   del tokens, lengths
+  token = ops.take_at(next_tokens, last)
   if k == 1:
-    return token[:, None, None]
-  proposals, _ = prompt_lib.draft(
-      fns, features, token, lambda index, logits: prompt_lib.argmax(logits))
-  return jnp.concatenate([token[:, None], proposals], axis=1)[:, None]
+    return token[:, None, None], cache
+  proposals, _, cache = prompt_lib.draft(
+      fns, cache, features, next_tokens, start, last,
+      lambda index, logits: prompt_lib.argmax(logits))
+  return jnp.concatenate([token[:, None], proposals], axis=1)[:, None], cache
 
 
-def _refined_drafts(refinement, rescore, fns, token, features, tokens,
-                    lengths, k) -> jax.Array:
-  """[batch, p, k]: p drafts from the heads' lattice (`refine.propose`)."""
-  del k
+def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
+                    start, last, tokens, lengths, k) -> tuple[jax.Array,
+                                                             Cache]:
+  """([batch, p, k]: p drafts from the heads' lattice (`refine.propose`);
+  the cache). Arguments as `_plain_draft`'s."""
+  del start, k
   if fns.draft is not None:
     raise ValueError('draft refinement reads a lattice of independent '
                      "heads' top-t; these heads read each other's proposals "
                      '(DecodingFns.draft).')
-  return refine_lib.propose(refinement, rescore, token,
-                            fns.proposal_logits(features),
-                            _history(refinement, tokens, lengths))
+  drafts = refine_lib.propose(
+      refinement, rescore, ops.take_at(next_tokens, last),
+      fns.proposal_logits(ops.take_at(features, last)),
+      _history(refinement, tokens, lengths))
+  return drafts, cache
 
 
 def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
@@ -219,9 +235,11 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
                                          k=k, max_len=max_len, eos_id=eos_id,
                                          pad_id=pad_id)
   # Combined scoring and proposal: the next drafts come from this call's
-  # outputs at the last accepted position, one position per example.
-  next_block = propose(fns, ops.take_at(scored, accepted),
-                       ops.take_at(features, accepted), tokens, lengths, k)
+  # outputs at the last accepted position.
+  next_tokens = prompt_lib.block_next_tokens(block, accepted,
+                                             ops.take_at(scored, accepted))
+  next_block, cache = propose(fns, cache, features, next_tokens, start,
+                              accepted, tokens, lengths, k)
   return advance(state, tokens, lengths, done, count, next_block, cache, k)
 
 

@@ -34,9 +34,36 @@ def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     where the first generated tokens go and are overwritten before any query
     can attend to them.
   """
-  features, cache = fns.extend(cache, prompt,
-                               jnp.zeros_like(prompt_lengths))
+  features, cache = prefill_all(fns, cache, prompt, prompt_lengths)
   return ops.take_at(features, prompt_lengths - 1), cache
+
+
+def prefill_all(fns: DecodingFns, cache: Cache, prompt: jax.Array,
+                prompt_lengths: jax.Array) -> tuple[jax.Array, Cache]:
+  """`prefill`, returning the features of every prompt position
+  [batch, prompt_length, ...] (what `DecodingFns.draft` reads)."""
+  del prompt_lengths  # Padding is written too (see `prefill`).
+  return fns.extend(cache, prompt, jnp.zeros((prompt.shape[0],), jnp.int32))
+
+
+def prompt_next_tokens(prompt: jax.Array, prompt_lengths: jax.Array,
+                       first: jax.Array) -> jax.Array:
+  """[batch, P]: the token after each prompt position, `first` (the first
+  generated token) after the last one (`DecodingFns.draft`'s next_tokens
+  for the prompt pass)."""
+  after = jnp.roll(prompt, -1, axis=1)
+  last = jnp.arange(prompt.shape[1]) == (prompt_lengths - 1)[:, None]
+  return jnp.where(last, first[:, None], after)
+
+
+def block_next_tokens(block: jax.Array, accepted: jax.Array,
+                      token: jax.Array) -> jax.Array:
+  """[batch, k]: the token after each block position: the accepted
+  proposals, then `token` [batch] (head 1's, after the last accepted
+  position); stale past it."""
+  position = jnp.arange(block.shape[1])
+  return jnp.where(position < accepted[:, None], jnp.roll(block, -1, axis=1),
+                   token[:, None])
 
 
 def run_loop(step, state, iterations: jax.Array | int | None = None):
@@ -69,25 +96,32 @@ def argmax(logits: jax.Array) -> jax.Array:
   return ops.argmax(logits)
 
 
-def draft(fns: DecodingFns, features: jax.Array, token: jax.Array,
-          choose) -> tuple[jax.Array, jax.Array]:
+def draft(fns: DecodingFns, cache: Cache, features: jax.Array,
+          next_tokens: jax.Array, start: jax.Array, last: jax.Array,
+          choose) -> tuple[jax.Array, jax.Array, Cache]:
   """Heads 2..k's proposals after a position, and what they were chosen from.
 
   Args:
     fns: the model's decoding functions: `draft` where the heads read each
       other's proposals, else `proposal_logits`.
-    features: [batch, ...] the features at the last accepted position.
-    token: [batch] head 1's token there.
-    choose: (index, logits [batch, n, vocab]) -> [batch, n] tokens of draft
-      positions index .. index + n - 1 (argmax, or a draw). Independent
+    cache: the model's cache (a draft layer keeps its entries there).
+    features: [batch, n, ...] the outputs of the positions the last call
+      scored, from absolute position `start` [batch].
+    next_tokens: [batch, n] the token after each (`prompt_next_tokens`,
+      `block_next_tokens`).
+    last: [batch] index of the last accepted position: the draft follows
+      head 1's token after it (next_tokens at `last`).
+    choose: (index, logits [batch, m, vocab]) -> [batch, m] tokens of draft
+      positions index .. index + m - 1 (argmax, or a draw). Independent
       heads choose all k - 1 at once (index 0); dependent heads one at a
       time.
 
   Returns:
-    (proposals [batch, k - 1], logits [batch, k - 1, vocab]).
+    (proposals [batch, k - 1], logits [batch, k - 1, vocab], cache).
   """
   if fns.draft is not None:
-    return fns.draft(features, token,
-                     lambda index, logits: choose(index, logits[:, None])[:, 0])
-  logits = fns.proposal_logits(features)
-  return choose(0, logits), logits
+    return fns.draft(
+        cache, features, next_tokens, start, last,
+        lambda index, logits: choose(index, logits[:, None])[:, 0])
+  logits = fns.proposal_logits(ops.take_at(features, last))
+  return choose(0, logits), logits, cache

@@ -307,11 +307,15 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
 def _sampled_blockwise(fns, cache, prompt, prompt_lengths, *, k, sampler,
                        keys, max_len, eos_id, pad_id, iterations, criterion):
   batch = prompt.shape[0]
-  last, cache = prompt_lib.prefill(fns, cache, prompt, prompt_lengths)
+  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
+                                           prompt_lengths)
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
-  first = _draw(first_key, sampler.log_probs(fns.next_token_logits(last)))
-  block, draft_log_q = _proposals(fns, sampler, criterion, first, last,
-                                  draft_key, k)
+  first = _draw(first_key, sampler.log_probs(fns.next_token_logits(
+      ops.take_at(features, prompt_lengths - 1))))
+  block, draft_log_q, cache = _proposals(
+      fns, sampler, criterion, cache, features,
+      prompt_lib.prompt_next_tokens(prompt, prompt_lengths, first),
+      jnp.zeros_like(prompt_lengths), prompt_lengths - 1, draft_key, k)
   tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
       first)
   inner = blockwise_lib.BlockwiseState(
@@ -329,27 +333,33 @@ def _sampled_blockwise(fns, cache, prompt, prompt_lengths, *, k, sampler,
                       block_sizes=inner.block_sizes)
 
 
-def _proposals(fns, sampler, criterion, token, features, keys, k):
-  """([batch, k] the next block: `token`, then heads 2..k's proposals;
-  [batch, k - 1, vocab] the log-distributions they were drawn from).
+def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
+               last, keys, k):
+  """([batch, k] the next block: the token after the last accepted
+  position, then heads 2..k's proposals; [batch, k - 1, vocab] the
+  log-distributions they were drawn from; the cache). The other arguments
+  are `prompt_lib.draft`'s.
 
   The rejection rule draws proposals from the warped heads; typical
   acceptance takes their argmax (its draft_log_q is unused).
   """
+  token = ops.take_at(next_tokens, last)
   if k == 1:
-    return token[:, None], jnp.zeros((token.shape[0], 0, 1))
+    return token[:, None], jnp.zeros((token.shape[0], 0, 1)), cache
   if isinstance(criterion, criteria_lib.Typical):
-    proposals, logits = prompt_lib.draft(
-        fns, features, token, lambda index, logits: prompt_lib.argmax(logits))
-    log_q = jnp.zeros(logits.shape[:2] + (1,))
+    choose = lambda index, logits: prompt_lib.argmax(logits)
   else:
     # Dependent heads draw position by position: each its own key.
     choose = lambda index, logits: _draw(
         keys if index == 0 else jax.vmap(jax.random.fold_in, (0, None))(
             keys, index), sampler.log_probs(logits))
-    proposals, logits = prompt_lib.draft(fns, features, token, choose)
+  proposals, logits, cache = prompt_lib.draft(
+      fns, cache, features, next_tokens, start, last, choose)
+  if isinstance(criterion, criteria_lib.Typical):
+    log_q = jnp.zeros(logits.shape[:2] + (1,))
+  else:
     log_q = sampler.log_probs(logits)  # [batch, k - 1, vocab]
-  return jnp.concatenate([token[:, None], proposals], axis=1), log_q
+  return jnp.concatenate([token[:, None], proposals], axis=1), log_q, cache
 
 
 def accepted_proposals(log_p_x, log_q_x, uniform) -> jax.Array:
@@ -383,8 +393,8 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   the accepted proposals, draw the next block's proposals."""
   inner = state.inner
   block = inner.block[:, 0]  # [batch, k]
-  features, cache = fns.extend(inner.cache, block,
-                               prompt_lengths + inner.lengths - 1)
+  start = prompt_lengths + inner.lengths - 1
+  features, cache = fns.extend(inner.cache, block, start)
   log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, k, V]
   coin_key, token_key, draft_key = jnp.moveaxis(
       _call_keys(state.keys, state.call, 3), 1, 0)
@@ -417,8 +427,9 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   tokens, lengths, done, count = blockwise_lib.append_accepted(
       inner, block, scored, accepted, k=k, max_len=max_len, eos_id=eos_id,
       pad_id=pad_id)
-  next_block, draft_log_q = _proposals(
-      fns, sampler, criterion, token, ops.take_at(features, accepted),
+  next_block, draft_log_q, cache = _proposals(
+      fns, sampler, criterion, cache, features,
+      prompt_lib.block_next_tokens(block, accepted, token), start, accepted,
       draft_key, k)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
                                 next_block[:, None], cache, k)

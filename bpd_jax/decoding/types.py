@@ -26,13 +26,21 @@ class DecodingFns(NamedTuple):
       own (the heads do not read each other's proposals). Unused by greedy
       decoding and by blockwise decoding with k = 1.
     draft: for heads that read earlier heads' proposals, instead of
-      `proposal_logits`: (features [batch, ...], token [batch], choose) ->
-      (proposals [batch, k - 1], logits [batch, k - 1, vocab]). `token` is
-      head 1's token at that position; the model makes the draft head after
-      head, calling choose(index, logits [batch, vocab]) -> [batch] for the
-      token of draft position `index` (0-based: head index + 2) before the
-      next head reads it. The logits are what each proposal was chosen from.
-      None: heads 2..k are independent (`proposal_logits`).
+      `proposal_logits`: (cache, features [batch, n, ...], next_tokens
+      [batch, n], start [batch], last [batch], choose) -> (proposals
+      [batch, k - 1], logits [batch, k - 1, vocab], cache). features are
+      the outputs of the n positions the last call scored (the prompt, or
+      a block), from absolute position start; next_tokens[:, j] the token
+      after position j (accepted tokens, then head 1's token after the
+      last accepted position, index `last`; later entries are stale). The
+      model makes the draft after position `last` head after head, calling
+      choose(index, logits [batch, vocab]) -> [batch] for the token of
+      draft position `index` (0-based: head index + 2) before the next
+      head reads it; it may keep state of its own in the cache (a draft
+      layer's keys and values), under the same rule as `extend`: entries
+      past the accepted length are stale and must stay unread. The logits
+      are what each proposal was chosen from. None: heads 2..k are
+      independent (`proposal_logits`).
     take_rows: (cache, rows [n]) -> the cache of those rows, in that order.
       Used only to verify several drafts per example (draft refinement):
       each draft gets its own cache rows (every leaf's leading axis is the
@@ -44,8 +52,7 @@ class DecodingFns(NamedTuple):
   extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
   next_token_logits: Callable[[Any], jax.Array]
   proposal_logits: Callable[[Any], jax.Array] | None = None
-  draft: Callable[[Any, jax.Array, Callable[[int, jax.Array], jax.Array]],
-                  tuple[jax.Array, jax.Array]] | None = None
+  draft: Callable[..., tuple[jax.Array, jax.Array, Cache]] | None = None
   take_rows: Callable[[Cache, jax.Array], Cache] | None = None
 
 

@@ -128,6 +128,15 @@ class SelfAttention(_Projections):
     self.qkv = nnx.Linear(d_model, 3 * d_model, **linear)
     self.out = nnx.Linear(d_model, d_model, **linear)
 
+  def project(self, x: jax.Array) -> list[jax.Array]:
+    """[b, n, d_model] -> queries, keys, values, each [b, n, heads,
+    head_dim] (for attention patterns built outside this module)."""
+    return self._split_heads(self.qkv(x), 3)
+
+  def output(self, y: jax.Array) -> jax.Array:
+    """[b, n, heads, head_dim] attended values -> [b, n, d_model]."""
+    return self.out(self._merge_heads(y))
+
   def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
     """Uncached attention over the whole sequence (training, encoder).
 

@@ -21,6 +21,12 @@ head 2 knows head 1's token and each later head every earlier proposal
 (`sequential_step`); training feeds the true tokens (teacher forcing).
 Head 1 is the base model's output here.
 
+An autoregressive draft layer ("autoregressive", after EAGLE; see
+models/draft_layer.py): one small decoder layer with its own cache drafts
+heads 2..k one after another from the base's features and the tokens so
+far; head i is its (i - 1)-th drafting step, trained unrolled as decoding
+runs it.
+
 Head 1 is either the base model's own next-token output, untouched
 (`head1_from_base=True`: verification is against the original model, and
 training the heads on a frozen base keeps its quality exactly), or goes
@@ -33,11 +39,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-HEAD_LAYERS = ('joint', 'independent', 'sequential')
+from bpd_jax.models import draft_layer as draft_layer_lib
+
+HEAD_LAYERS = ('joint', 'independent', 'sequential', 'autoregressive')
 # Head layers whose heads read earlier heads' proposals: their drafts are
 # made head after head, and the top-t lattice of draft refinement does not
 # describe them.
-DEPENDENT_HEAD_LAYERS = ('sequential',)
+DEPENDENT_HEAD_LAYERS = ('sequential', 'autoregressive')
 
 
 def dependent(layer: str) -> str:
@@ -89,7 +97,8 @@ def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
   Returns:
     [..., count, d_model].
   """
-  if weights.sequential and weights.w_in is not None:
+  if weights.sequential and (weights.w_in is not None
+                             or not weights.base_first):
     raise ValueError('sequential heads read the tokens earlier heads '
                      'proposed: use sequential_step (or sequential_states).')
   states = [h[..., None, :]] if weights.base_first else []
@@ -155,7 +164,8 @@ class ProposalHeads(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, hidden: int, *,
                layer: str = 'independent', head1_from_base: bool = True,
-               dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+               attention_heads: int = 1, dtype=None,
+               param_dtype=jnp.float32, rngs: nnx.Rngs):
     """Creates the head layer.
 
     Args:
@@ -165,7 +175,8 @@ class ProposalHeads(nnx.Module):
         has num_heads_with_layer * hidden units in all).
       layer: one of HEAD_LAYERS.
       head1_from_base: head 1 is the decoder output itself (no layer);
-        sequential heads need it.
+        sequential heads and the draft layer need it.
+      attention_heads: the autoregressive draft layer's attention heads.
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
@@ -176,8 +187,8 @@ class ProposalHeads(nnx.Module):
       raise ValueError(f'num_heads={num_heads} must be >= 1.')
     if hidden < 1:
       raise ValueError(f'head hidden size {hidden} must be >= 1.')
-    if layer == 'sequential' and not head1_from_base:
-      raise ValueError('sequential heads start from the base model\'s own '
+    if layer in DEPENDENT_HEAD_LAYERS and not head1_from_base:
+      raise ValueError(f'{layer} heads start from the base model\'s own '
                        'next token: head1_from_base must be True.')
     self.num_heads = num_heads
     self.layer = layer
@@ -194,6 +205,11 @@ class ProposalHeads(nnx.Module):
     if layer == 'joint':
       self.w_in, self.b_in = p(d_model, n * hidden), z(n * hidden)
       self.w_out, self.b_out = p(n * hidden, n, d_model), z(n, d_model)
+    elif layer == 'autoregressive':
+      # One layer drafts every head after head 1.
+      self.draft = draft_layer_lib.DraftLayer(
+          d_model, attention_heads, hidden, dtype=dtype,
+          param_dtype=param_dtype, rngs=rngs)
     elif layer == 'sequential':
       self.w_in, self.b_in = p(n, 2 * d_model, hidden), z(n, hidden)
       self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
@@ -216,9 +232,20 @@ class ProposalHeads(nnx.Module):
     Returns:
       [..., count, d_model].
     """
-    if self.layer != 'sequential':
+    if self.layer not in DEPENDENT_HEAD_LAYERS:
       return apply_heads(self.weights(first, count), h)
     needed = first + count - 1
+    if self.layer == 'autoregressive':
+      states = h[..., None, :]
+      if needed:  # Heads 2..: the draft layer's steps 1..needed.
+        if previous is None or previous.shape[-2] < needed:
+          raise ValueError(
+              f'the draft layer\'s heads {first + 1}..{first + count} need '
+              f'the embeddings of {needed} earlier tokens, got '
+              f'{None if previous is None else previous.shape}.')
+        steps = self.draft.unroll(h, previous[..., :needed, :])
+        states = jnp.concatenate([states, steps], axis=-2)
+      return states[..., first:, :]
     if previous is None or previous.shape[-2] < needed:
       raise ValueError(f'sequential heads {first + 1}..{first + count} need '
                        f'the embeddings of {needed} earlier tokens, got '
@@ -246,7 +273,11 @@ class ProposalHeads(nnx.Module):
     if not count:
       return HeadWeights(None, None, None, None, base_first=True,
                          joint=self.layer == 'joint',
-                         sequential=self.layer == 'sequential')
+                         sequential=self.layer in DEPENDENT_HEAD_LAYERS)
+    if self.layer == 'autoregressive':
+      # The draft layer is applied as a module (Transformer.draft).
+      return HeadWeights(None, None, None, None, base_first=base_first,
+                         joint=False, sequential=True)
     heads = slice(first, first + count)
     dtype = self.dtype or self.w_in.dtype
     cast = lambda param: param.astype(dtype)

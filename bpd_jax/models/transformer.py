@@ -28,7 +28,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bpd_jax import ops
 from bpd_jax.models import attention
+from bpd_jax.models import draft_layer as draft_layer_lib
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.models import positions as positions_lib
 
@@ -71,8 +73,9 @@ class TransformerConfig:
     share_embeddings: encoder and decoder share one token embedding.
     tie_output: the vocabulary projection is the transposed target embedding.
     num_proposal_heads: k, the number of blockwise heads (1: base model only).
-    head_layer: 'independent', 'joint' or 'sequential' (heads that read the
-      previous head's proposed token; see models/heads.py).
+    head_layer: 'independent', 'joint', 'sequential' (heads that read the
+      previous head's proposed token) or 'autoregressive' (a draft layer
+      with its own cache; see models/heads.py).
     head_hidden: hidden width of one head's layer; None means d_ff.
     head1_from_base: head 1 is the base model's next-token output, untouched.
     local_attention_block: 0 for causal attention over every earlier decoder
@@ -137,9 +140,10 @@ class TransformerConfig:
     check(self.head_layer in heads_lib.HEAD_LAYERS,
           f'head_layer={self.head_layer!r} is not one of '
           f'{heads_lib.HEAD_LAYERS}.')
-    check(self.head_layer != 'sequential' or self.head1_from_base,
-          "head_layer='sequential' starts from the base model's own next "
-          'token: head1_from_base must be True.')
+    check(self.head_layer not in heads_lib.DEPENDENT_HEAD_LAYERS
+          or self.head1_from_base,
+          f'head_layer={self.head_layer!r} starts from the base model\'s '
+          'own next token: head1_from_base must be True.')
     check(self.head_hidden is None or self.head_hidden >= 1,
           f'head_hidden={self.head_hidden} must be >= 1 (or None for d_ff).')
     check(self.dtype in DTYPES and self.param_dtype in DTYPES,
@@ -204,11 +208,14 @@ class DecodeCache:
       None for decoder-only models.
     skip_source: [batch, source_length] the source tokens the image input
       skip reads at every step (config.image.source_skip); None otherwise.
+    draft: the autoregressive draft layer's cache (same positions); None
+      for the other head layers.
   """
   self_attention: tuple[attention.KVCache, ...]
   memory: tuple[attention.KVCache, ...]
   memory_valid: jax.Array | None
   skip_source: jax.Array | None = None
+  draft: draft_layer_lib.DraftCache | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -352,7 +359,8 @@ class Transformer(nnx.Module):
     self.heads = heads_lib.ProposalHeads(
         config.d_model, config.num_proposal_heads,
         config.head_hidden or config.d_ff, layer=config.head_layer,
-        head1_from_base=config.head1_from_base, dtype=_dtype(config.dtype),
+        head1_from_base=config.head1_from_base,
+        attention_heads=config.num_heads, dtype=_dtype(config.dtype),
         param_dtype=_dtype(config.param_dtype), rngs=rngs)
 
   # --- Embeddings and outputs.
@@ -407,7 +415,8 @@ class Transformer(nnx.Module):
     if next_tokens is None:
       raise ValueError(f'{self.heads.layer} heads read the tokens before '
                        'theirs: pass next_tokens.')
-    previous = self.token_embedding(next_tokens[..., :first + count - 1])
+    previous = self.token_embedding(
+        next_tokens[..., :max(first + count - 1, 1)])
     return self.heads(hidden, first, count, previous)
 
   def head_logits(self, hidden: jax.Array, first: int, count: int,
@@ -476,13 +485,21 @@ class Transformer(nnx.Module):
     states = heads_lib.apply_heads(weights.proposals, hidden)
     return states.astype(weights.vocab.dtype) @ weights.vocab
 
-  def draft(self, hidden: jax.Array, token: jax.Array, choose, k: int,
-            weights: DecodingWeights | None = None):
-    """Heads 2..k's draft made head after head (sequential heads).
+  def draft(self, cache: DecodeCache, features: jax.Array,
+            next_tokens: jax.Array, start: jax.Array, last: jax.Array,
+            choose, k: int, weights: DecodingWeights | None = None):
+    """Heads 2..k's draft made head after head (sequential heads, the
+    autoregressive draft layer): `DecodingFns.draft`.
 
     Args:
-      hidden: [batch, d_model] decoder outputs at the last accepted position.
-      token: [batch] head 1's token there (the one just accepted).
+      cache: the decoding cache (the draft layer's entries in `cache.draft`).
+      features: [batch, n, d_model] decoder outputs at the n positions the
+        last call scored, start .. start + n - 1.
+      next_tokens: [batch, n] the token after each of those positions: the
+        accepted tokens, then head 1's token after the last accepted one
+        (what follows is stale and unread).
+      start: [batch] absolute position of features[:, 0].
+      last: [batch] index of the last accepted position among the n.
       choose: (index, logits [batch, vocab]) -> [batch] the token of draft
         position `index` (0-based, head index + 2), e.g. argmax or a draw.
       k: the block size, 2 <= k <= num_proposal_heads.
@@ -490,19 +507,39 @@ class Transformer(nnx.Module):
 
     Returns:
       (proposals [batch, k - 1], logits [batch, k - 1, vocab_size]: the
-      distribution each proposal was chosen from).
+      distribution each proposal was chosen from, the updated cache).
     """
     if weights is None:
       weights = self.decoding_weights(k)
-    state, previous = hidden, token
+    embed = lambda tokens: weights.embed[tokens]
+    project = lambda state: state.astype(weights.vocab.dtype) @ weights.vocab
+    token = ops.take_at(next_tokens, last)
     proposals, logits = [], []
-    for index in range(k - 1):
-      state = heads_lib.sequential_step(weights.proposals, index, state,
-                                        weights.embed[previous])
-      logits.append(state.astype(weights.vocab.dtype) @ weights.vocab)
-      previous = choose(index, logits[-1])
-      proposals.append(previous)
-    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1)
+    if self.heads.layer == 'autoregressive':
+      # Every scored position's entry (stale ones are overwritten later),
+      # then one entry per drafted token, at the positions after the last
+      # accepted one.
+      states, draft = self.heads.draft.extend(
+          cache.draft, features, embed(next_tokens), start)
+      state = ops.take_at(states, last)
+      for index in range(k - 1):
+        logits.append(project(state))
+        proposals.append(choose(index, logits[-1]))
+        if index < k - 2:
+          state, draft = self.heads.draft.extend(
+              draft, state[:, None], embed(proposals[-1])[:, None],
+              start + last + 1 + index)
+          state = state[:, 0]
+      cache = dataclasses.replace(cache, draft=draft)
+    else:
+      state, previous = ops.take_at(features, last), token
+      for index in range(k - 1):
+        state = heads_lib.sequential_step(weights.proposals, index, state,
+                                          embed(previous))
+        logits.append(project(state))
+        previous = choose(index, logits[-1])
+        proposals.append(previous)
+    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
 
   # --- Full-sequence passes (training and scoring).
 
@@ -561,8 +598,12 @@ class Transformer(nnx.Module):
                                 _dtype(config.dtype))
         for _ in self.decoder_layers)
     skip = config.image is not None and config.image.source_skip
+    draft = None
+    if config.head_layer == 'autoregressive':
+      draft = self.heads.draft.init_cache(batch, positions,
+                                          _dtype(config.dtype))
     return DecodeCache(self_attention, memory or (), memory_valid,
-                       source if skip else None)
+                       source if skip else None, draft)
 
   def extend(self, cache: DecodeCache, tokens: jax.Array,
              start: jax.Array) -> tuple[jax.Array, DecodeCache]:
