@@ -39,6 +39,13 @@ def parse(arg: str | None, **defaults) -> dict:
   return options
 
 
+def check_choice(options: dict, name: str, choices) -> None:
+  """Raises ValueError unless options[name] is one of `choices`."""
+  if options[name] not in choices:
+    raise ValueError(f'config option {name}={options[name]!r} is not one of '
+                     f'{tuple(choices)}.')
+
+
 def sibling(config_file: str, name: str):
   """The config module NAME.py in the directory of `config_file`.
 

@@ -29,8 +29,9 @@ def get_config():
   model.max_source_len = 0  # Longest source the encoder takes (eval too).
   model.max_target_len = 0  # Decoder positions: eval.max_len + k must fit.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
-  # 'independent' heads, the paper's 'joint' layer, or 'sequential' heads
-  # that read the previous head's proposed token (models/heads.py).
+  # 'independent' heads, the paper's 'joint' layer, 'sequential' heads
+  # that read the previous head's proposed token, or an 'autoregressive'
+  # draft layer with its own cache (models/heads.py, draft_layer.py).
   model.head_layer = 'independent'
   model.head_hidden = 256  # Hidden width of one head's layer.
   model.head1_from_base = True  # Head 1 is the base model's own output.

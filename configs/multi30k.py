@@ -22,8 +22,9 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
     base=finetuned   fine-tune the whole model with the heads, head 1
                      keeping half the loss (default frozen: the base stays
                      bit-identical)
-    heads=TYPE       the head layer: independent (default), joint or
+    heads=TYPE       the head layer: independent (default), joint,
                      sequential (heads that read the previous head's token)
+                     or autoregressive (a draft layer with its own cache)
     distilled=DIR    train on a distilled corpus (python -m bpd_jax.distill
                      writes DIR/train.src/.tgt and copies the validation
                      split: BLEU is still against the real references)
@@ -46,7 +47,7 @@ from bpd_jax import config_options
 base = config_options.sibling(__file__, 'base')
 
 BASES = ('frozen', 'finetuned')
-HEAD_LAYERS = ('independent', 'joint', 'sequential')
+HEAD_LAYERS = ('independent', 'joint', 'sequential', 'autoregressive')
 
 
 def get_config(arg=None):
@@ -54,12 +55,8 @@ def get_config(arg=None):
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
       base='frozen', heads='independent', distilled='')
   quick, init_from = options['quick'], options['init_from']
-  if options['base'] not in BASES:
-    raise ValueError(f'config option base={options["base"]!r} is not one of '
-                     f'{BASES}.')
-  if options['heads'] not in HEAD_LAYERS:
-    raise ValueError(f'config option heads={options["heads"]!r} is not one '
-                     f'of {HEAD_LAYERS}.')
+  config_options.check_choice(options, 'base', BASES)
+  config_options.check_choice(options, 'heads', HEAD_LAYERS)
   config = base.get_config()
 
   task = config.task
@@ -114,7 +111,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 300,
                                      lm_steps=100 if quick else 2000)
-  if options['heads'] == 'sequential':
+  if options['heads'] in ('sequential', 'autoregressive'):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

@@ -100,12 +100,8 @@ def get_config(arg=None):
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
-  if options['base'] not in BASES:
-    raise ValueError(f'config option base={options["base"]!r} is not one of '
-                     f'{BASES}.')
-  if options['criterion'] not in CRITERIA:
-    raise ValueError(f'config option criterion={options["criterion"]!r} is '
-                     f'not one of {tuple(CRITERIA)}.')
+  config_options.check_choice(options, 'base', BASES)
+  config_options.check_choice(options, 'criterion', CRITERIA)
   if not 1 <= options['min_block'] <= k:
     raise ValueError(f'config option min_block={options["min_block"]} must '
                      f'be in [1, k={k}].')

@@ -64,6 +64,10 @@ def test_a_row_per_batch_size_and_setting(rows):
   # Each program's first call compiled it (the timings after it reuse it).
   assert all(row['compile_s'] > 0 for row in rows
              if row['decoder'] != 'auto')
+  # The heads' parameters: 2 independent heads (heads 2, 3), each a
+  # 16 -> 32 -> 16 feed-forward layer with biases.
+  assert {(row['head_layer'], row['head_params']) for row in rows} == {
+      ('independent', 2 * (16 * 32 + 32 + 32 * 16 + 16))}
 
 
 def test_sampling_rows_are_timed_against_ancestral_sampling(rows):

@@ -13,13 +13,15 @@ def test_every_option_combination_builds_and_passes_the_checks():
   checked = 0
   for init, base, heads, distilled in itertools.product(
       ('', '/runs/base'), ('frozen', 'finetuned'),
-      ('independent', 'joint', 'sequential'), ('', '/runs/distilled')):
+      ('independent', 'joint', 'sequential', 'autoregressive'),
+      ('', '/runs/distilled')):
     config = load_config('multi30k', f'init_from={init},base={base},'
                          f'heads={heads},distilled={distilled}')
     config_checks.check(config)
     assert config.model.head_layer == heads
-    # Sequential heads take no refinement: the draft job analyses them only.
-    assert (not config.drafts.refinements) == (heads == 'sequential')
+    # Dependent heads take no refinement: the draft job analyses them only.
+    assert (not config.drafts.refinements) == (
+        heads in ('sequential', 'autoregressive'))
     assert config.train.freeze_base == (base == 'frozen')
     # Fine-tuning keeps half the loss on head 1 (the base's own output).
     assert config.train.head1_weight == (0.0 if base == 'frozen' else 0.5)
@@ -36,7 +38,7 @@ def test_every_option_combination_builds_and_passes_the_checks():
     else:
       assert config.task.splits.validation == 'val'
     checked += 1
-  assert checked == 24
+  assert checked == 32
 
 
 def test_default_is_the_frozen_independent_run():

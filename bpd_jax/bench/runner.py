@@ -27,7 +27,9 @@ iterations (dispatch, encoder, prompt pass).
 
 from typing import Callable, Sequence
 
+import jax
 import numpy as np
+from flax import nnx
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
@@ -42,6 +44,7 @@ from bpd_jax.evaluation.spec import SAMPLING_CRITERIA
 
 COLUMNS = (
     'decoder', 'k', 'criterion', 'min_block', 'sampler', 'batch_size',
+    'head_layer', 'head_params',
     'compile_s',
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
@@ -49,6 +52,12 @@ COLUMNS = (
     'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
     'memory_vs_greedy',
     'recompiles')
+
+
+def head_parameters(model) -> int:
+  """Parameters of the proposal heads (or draft layer) beyond the base."""
+  return sum(int(x.size) for x in jax.tree.leaves(
+      nnx.state(model.heads, nnx.Param)))
 
 
 def setting(k: int | str = 0, criterion: str = 'exact',
@@ -173,7 +182,8 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
     rows.append(dict(
         decoder=_kind(setting), k=k, criterion=setting.criterion,
         min_block=setting.min_block, sampler=setting.sampler or None,
-        batch_size=batch_size,
+        batch_size=batch_size, head_layer=model.config.head_layer,
+        head_params=head_parameters(model),
         compile_s=round(run.compile_s, 3), wall_s=round(wall, 6),
         tokens=int(out.lengths.sum()),
         tokens_per_s=round(float(out.lengths.sum()) / wall, 1),
