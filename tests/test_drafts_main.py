@@ -35,6 +35,32 @@ def test_analysis_and_comparison_of_a_random_model(tmp_path):
     assert (out / name).exists()
 
 
+@pytest.mark.slow  # ~30 s: two subprocesses, three decoders compiled.
+def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
+    tmp_path):
+  """The draft layer: the analysis and plain decoding, no rescorer built;
+  a refinement is refused by the head type's name before any work."""
+  heads = '--config.model.head_layer=autoregressive'
+  plain = [flag for flag in SMALL if 'refinements' not in flag]
+  result = run('drafts', *TINY, *plain, heads, f'--workdir={tmp_path}',
+               '--init=random', '--config.drafts.refinements=()')
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = tmp_path / 'drafts'
+  report = json.loads((out / 'drafts.json').read_text())
+  assert [r['decoder'] for r in report['compare']['rows']] == [
+      'greedy', 'k=2 plain', 'k=3 plain']
+  for k, stats in report['analysis']['per_k'].items():
+    assert stats['oracle_block_efficiency']['1'] == \
+        stats['decoded_block_efficiency'], k
+  assert not (out / 'ngram.npz').exists() and not (out / 'lm').exists()
+  assert 'lm' not in report and 'ngram' not in report
+  result = run('drafts', *TINY, *SMALL, heads, f'--workdir={tmp_path}',
+               '--init=random')
+  assert result.returncode != 0
+  assert "'autoregressive' heads read each other's" in result.stderr
+  assert 'set --config.drafts.refinements=()' in result.stderr
+
+
 def test_bad_fields_and_missing_inputs_stop_before_work(tmp_path):
   result = run('drafts', *TINY, f'--workdir={tmp_path}')
   assert result.returncode != 0 and 'no checkpoints in' in result.stderr

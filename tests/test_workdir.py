@@ -251,3 +251,15 @@ def test_corrupt_record(tmp_path, text):
     message = one_line(error)
     assert str(tmp_path / 'config.json') in message
     assert 'delete it to run without the check' in message
+
+
+def test_reader_refuses_another_head_type(tmp_path):
+  """A checkpoint read with heads of another type is refused by name
+  before any weights are read."""
+  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.model.head_layer = 'sequential'
+  with pytest.raises(errors.WorkdirError,
+                     match='model.head_layer "independent" \\(saved\\) vs '
+                     '"sequential" \\(now\\)'):
+    read(config, tmp_path)

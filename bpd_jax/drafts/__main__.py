@@ -7,7 +7,8 @@ randomly initialised model of the config: the machinery only), then
 1. builds the n-gram model (interpolated Kneser-Ney, `drafts.ngram_order`)
    from `drafts.corpus` (the training targets, or a file of sentences such
    as a distilled corpus: the model's own outputs) and trains the small
-   rescoring LM on the same text (`drafts.lm_*`);
+   rescoring LM on the same text (`drafts.lm_*`), each only if one of
+   `drafts.refinements` uses it;
 2. decodes the first `drafts.num_examples` sentences of the eval split
    greedily and analyses the heads' drafts on them (`analysis.py`): block
    efficiency, consecutive repetition, head confidence by position, oracle
@@ -17,7 +18,8 @@ randomly initialised model of the config: the machinery only), then
    (`compare.py`).
 Writes OUTPUT_DIR/drafts.json (everything), drafts.md (the table),
 drafts.png (the plots), ngram.npz and lm/ (the rescorers, reusable from
-Python: `ngram.NgramModel.load`, `lm.load`; lm/ is an Orbax checkpoint).
+Python: `ngram.NgramModel.load`, `lm.load`; lm/ is an Orbax checkpoint),
+each built only when a refinement uses it.
 """
 
 import json
@@ -91,33 +93,37 @@ def main(argv):
                 device=str(jax.devices()[0]),
                 date=time.strftime('%Y-%m-%d %H:%M'))
 
-  # 1. The rescorers.
-  begin = time.perf_counter()
-  ngram_model = ngram.build(text, order=d.ngram_order,
-                            vocab_size=mc.vocab_size, bos_id=mc.bos_id,
-                            eos_id=mc.eos_id)
-  ngram_model.save(os.path.join(output_dir, 'ngram.npz'))
-  report['ngram'] = dict(
-      order=d.ngram_order, sentences=len(text),
-      contexts=int(ngram_model.context_word.shape[0]),
-      entries=int(ngram_model.entry_word.shape[0]),
-      megabytes=round(ngram_model.nbytes() / 2**20, 2),
-      build_s=round(time.perf_counter() - begin, 1))
-  log(f'n-gram model: {report["ngram"]}')
-  lm = lm_lib.make(mc.vocab_size, d.lm_window, d_model=d.lm_d_model,
-                   layers=d.lm_layers, seed=config.seed)
-  log(f'Training the rescoring LM ({d.lm_steps} steps)...')
-  report['lm'] = lm_lib.train(
-      lm, lm_lib.windows(text, d.lm_window, bos_id=mc.bos_id,
-                         eos_id=mc.eos_id), steps=d.lm_steps,
-      seed=config.seed, log=log)
-  held_out = [t + [mc.eos_id] for t in task.vocab.encode_many(
-      [target for _, target in task.pairs(config.eval.split)])]
-  report['lm']['eval_loss'] = round(lm_lib.evaluate(lm, lm_lib.windows(
-      held_out, d.lm_window, bos_id=mc.bos_id, eos_id=mc.eos_id)), 4)
-  lm_lib.save(lm, os.path.join(output_dir, 'lm'))
-  log(f'rescoring LM: {report["lm"]}')
-  rescorers = dict(ngram=ngram_model, neural=lm)
+  # 1. The rescorers the refinements use (none: the analysis alone).
+  needed = {refinement.rescorer for refinement in refinements}
+  rescorers = {}
+  if 'ngram' in needed:
+    begin = time.perf_counter()
+    rescorers['ngram'] = ngram_model = ngram.build(
+        text, order=d.ngram_order, vocab_size=mc.vocab_size,
+        bos_id=mc.bos_id, eos_id=mc.eos_id)
+    ngram_model.save(os.path.join(output_dir, 'ngram.npz'))
+    report['ngram'] = dict(
+        order=d.ngram_order, sentences=len(text),
+        contexts=int(ngram_model.context_word.shape[0]),
+        entries=int(ngram_model.entry_word.shape[0]),
+        megabytes=round(ngram_model.nbytes() / 2**20, 2),
+        build_s=round(time.perf_counter() - begin, 1))
+    log(f'n-gram model: {report["ngram"]}')
+  if 'neural' in needed:
+    rescorers['neural'] = lm = lm_lib.make(
+        mc.vocab_size, d.lm_window, d_model=d.lm_d_model, layers=d.lm_layers,
+        seed=config.seed)
+    log(f'Training the rescoring LM ({d.lm_steps} steps)...')
+    report['lm'] = lm_lib.train(
+        lm, lm_lib.windows(text, d.lm_window, bos_id=mc.bos_id,
+                           eos_id=mc.eos_id), steps=d.lm_steps,
+        seed=config.seed, log=log)
+    held_out = [t + [mc.eos_id] for t in task.vocab.encode_many(
+        [target for _, target in task.pairs(config.eval.split)])]
+    report['lm']['eval_loss'] = round(lm_lib.evaluate(lm, lm_lib.windows(
+        held_out, d.lm_window, bos_id=mc.bos_id, eos_id=mc.eos_id)), 4)
+    lm_lib.save(lm, os.path.join(output_dir, 'lm'))
+    log(f'rescoring LM: {report["lm"]}')
 
   # 2. Analysis on the greedy outputs.
   max_len = config.eval.max_len
@@ -175,8 +181,10 @@ def main(argv):
     f.write(table + '\n')
   plots.write(report, os.path.join(output_dir, 'drafts.png'))
   log(table)
-  log(f'Wrote {output_dir}/drafts.json, drafts.md, drafts.png, ngram.npz, '
-      f'lm/.')
+  written = ['drafts.json', 'drafts.md', 'drafts.png'] + [
+      name for name, rescorer in (('ngram.npz', 'ngram'), ('lm/', 'neural'))
+      if rescorer in rescorers]
+  log(f'Wrote {", ".join(written)} in {output_dir}.')
 
 
 if __name__ == '__main__':
