@@ -64,18 +64,22 @@ def test_bad_statistics(kwargs, message):
     auto_k.AutoK(**kwargs)
 
 
-def model_and_inputs():
+def model_and_inputs(head_layer='independent'):
   config = TransformerConfig(
       vocab_size=11, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
       num_decoder_layers=1, dropout_rate=0.0, max_source_len=8,
-      max_target_len=32, num_proposal_heads=3)
+      max_target_len=32, num_proposal_heads=3, head_layer=head_layer)
   model = Transformer(config, rngs=nnx.Rngs(0))
   inputs = np.random.default_rng(0).integers(3, 11, (4, 6)).astype(np.int32)
   return model, inputs
 
 
-def test_tune_k_records_each_examples_blocks_at_the_largest_k():
-  model, inputs = model_and_inputs()
+@pytest.mark.parametrize('head_layer', [
+    'independent', 'sequential', 'autoregressive'])
+def test_tune_k_records_each_examples_blocks_at_the_largest_k(head_layer):
+  """Every head type: a draft of k - 1 proposals is the first k - 1 of the
+  largest k's, so that decode's blocks give every k's statistics."""
+  model, inputs = model_and_inputs(head_layer)
   decoder = generate.Decoder(model)
   tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3)
   assert tuning.appended.shape == (4, 4)
