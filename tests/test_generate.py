@@ -238,9 +238,12 @@ def test_approximate_criteria_run_and_accept_more():
     assert (forced.block_sizes[:, 1] <= 2).all()
 
 
-@pytest.mark.parametrize('head_layer', HEAD_LAYERS)
-@pytest.mark.parametrize('k', [3, 8])
-def test_exact_blockwise_equals_greedy_for_every_head_layer(head_layer, k):
+@pytest.mark.parametrize('k,head_layer', [
+    *((8, layer) for layer in HEAD_LAYERS),
+    (3, 'sequential'), (3, 'autoregressive'),  # The property test has more.
+    pytest.param(3, 'independent', marks=pytest.mark.slow),
+    pytest.param(3, 'joint', marks=pytest.mark.slow)])
+def test_exact_blockwise_equals_greedy_for_every_head_layer(k, head_layer):
   """Every head type on a few fixed models, beside the property test's
   random draw of them: heads that read each other's proposals too."""
   with jax.enable_x64(True):
