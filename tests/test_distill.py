@@ -37,6 +37,12 @@ def test_distilled_corpus_trains(tmp_path):
   assert student.config.vocab_size == task.vocab.vocab_size
 
 
+def test_bad_batch_size(tmp_path):
+  with pytest.raises(ValueError, match='--batch_size=0 must be >= 1'):
+    distill.distill(tiny_config(), None, None, str(tmp_path / 'out'),
+                    batch_size=0)
+
+
 def test_image_tasks_are_refused_before_any_work(tmp_path):
   config = train_configs.load_config('sr_demo', 'quick')
   with pytest.raises(ValueError, match="'embedded_images' is an image task"):
