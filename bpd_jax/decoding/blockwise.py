@@ -231,34 +231,34 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
     features = features[rows]
   else:
     block, scored = state.block[:, 0], scored[:, 0]
-  tokens, lengths, done, count = append_accepted(state, block, scored, accepted,
-                                         k=k, max_len=max_len, eos_id=eos_id,
-                                         pad_id=pad_id)
-  # Combined scoring and proposal: the next drafts come from this call's
-  # outputs at the last accepted position.
+  # The accepted proposals, then the scoring model's token after them.
   next_tokens = prompt_lib.block_next_tokens(block, accepted,
                                              ops.take_at(scored, accepted))
+  tokens, lengths, done, count = append_accepted(
+      state, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      pad_id=pad_id)
+  # Combined scoring and proposal: the next drafts come from this call's
+  # outputs at the last accepted position.
   next_block, cache = propose(fns, cache, features, next_tokens, start,
                               accepted, tokens, lengths, k)
   return advance(state, tokens, lengths, done, count, next_block, cache, k)
 
 
-def append_accepted(state: BlockwiseState, block, scored, accepted, *, k, max_len,
-            eos_id, pad_id):
+def append_accepted(state: BlockwiseState, appended, accepted, *, k,
+                    max_len, eos_id, pad_id):
   """Writes the accepted proposals and the scoring model's token after them.
 
   Args:
     state: the loop state before the call.
-    block: [batch, k] the verified draft (its first token already accepted).
-    scored: [batch, k] the scoring model's token after each draft position.
+    appended: [batch, k] the tokens after each block position
+      (`prompt.block_next_tokens`): the accepted proposals, then the
+      scoring model's token; the first accepted + 1 are written.
     accepted: [batch] proposals accepted.
 
   Returns:
     (tokens, lengths, done, count [batch] tokens appended).
   """
   position = jnp.arange(k)
-  appended = jnp.where(position < accepted[:, None],
-                       jnp.roll(block, -1, axis=1), scored)
   count = accepted + 1
   is_eos = (appended == eos_id) & (position < count[:, None])
   count = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, count)

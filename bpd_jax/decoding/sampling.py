@@ -423,13 +423,12 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
                         residual_log_probs(after, rejected_q), after)
   # The token after the accepted proposals: one draw per example.
   token = _draw(token_key, after)
-  scored = jnp.broadcast_to(token[:, None], block.shape)  # Read at accepted.
+  next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = blockwise_lib.append_accepted(
-      inner, block, scored, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      inner, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
       pad_id=pad_id)
   next_block, draft_log_q, cache = _proposals(
-      fns, sampler, criterion, cache, features,
-      prompt_lib.block_next_tokens(block, accepted, token), start, accepted,
+      fns, sampler, criterion, cache, features, next_tokens, start, accepted,
       draft_key, k)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
                                 next_block[:, None], cache, k)

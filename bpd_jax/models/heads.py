@@ -74,8 +74,9 @@ class HeadWeights:
     base_first: static; the run starts with head 1 taken from the base
       model (the decoder output itself, no layer).
     joint: static; the layout is the joint layer's.
-    sequential: static; the heads read earlier heads' proposals
-      (`sequential_step`), `apply_heads` does not serve them.
+    dependent: static; the heads read earlier heads' proposals
+      (`sequential_step`, the draft layer), `apply_heads` does not serve
+      them.
   """
   w_in: jax.Array | None
   b_in: jax.Array | None
@@ -83,8 +84,8 @@ class HeadWeights:
   b_out: jax.Array | None
   base_first: bool = dataclasses.field(metadata=dict(static=True))
   joint: bool = dataclasses.field(metadata=dict(static=True))
-  sequential: bool = dataclasses.field(default=False,
-                                       metadata=dict(static=True))
+  dependent: bool = dataclasses.field(default=False,
+                                      metadata=dict(static=True))
 
 
 def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
@@ -97,7 +98,7 @@ def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
   Returns:
     [..., count, d_model].
   """
-  if weights.sequential and (weights.w_in is not None
+  if weights.dependent and (weights.w_in is not None
                              or not weights.base_first):
     raise ValueError('sequential heads read the tokens earlier heads '
                      'proposed: use sequential_step (or sequential_states).')
@@ -273,11 +274,11 @@ class ProposalHeads(nnx.Module):
     if not count:
       return HeadWeights(None, None, None, None, base_first=True,
                          joint=self.layer == 'joint',
-                         sequential=self.layer in DEPENDENT_HEAD_LAYERS)
+                         dependent=self.layer in DEPENDENT_HEAD_LAYERS)
     if self.layer == 'autoregressive':
       # The draft layer is applied as a module (Transformer.draft).
       return HeadWeights(None, None, None, None, base_first=base_first,
-                         joint=False, sequential=True)
+                         joint=False, dependent=True)
     heads = slice(first, first + count)
     dtype = self.dtype or self.w_in.dtype
     cast = lambda param: param.astype(dtype)
@@ -285,7 +286,7 @@ class ProposalHeads(nnx.Module):
       # Applied one head at a time: each head keeps its own weights.
       return HeadWeights(cast(self.w_in[heads]), cast(self.b_in[heads]),
                          cast(self.w_out[heads]), cast(self.b_out[heads]),
-                         base_first=base_first, joint=False, sequential=True)
+                         base_first=base_first, joint=False, dependent=True)
     if self.layer == 'joint':
       # All heads share the hidden layer; only their output slices are read.
       w_in, b_in = self.w_in[...], self.b_in[...]
