@@ -42,6 +42,7 @@ def check(config) -> None:
   if not 0 <= train.get('input_dropout', 0.0) < 1:
     raise ValueError(f'train.input_dropout={train.input_dropout} must be in '
                      f'[0, 1).')
+  _check_head_positions(train, model)
   if train.clip_norm < 0:
     raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
   criteria = ev.get('criteria')
@@ -81,6 +82,23 @@ def _check_decoders(ev, model) -> None:
     raise ValueError(f'eval.max_len={ev.max_len} with k up to '
                      f'{largest.block} needs {needed} decoder positions; '
                      f'model.max_target_len={model.max_target_len}.')
+
+
+def _check_head_positions(train, model) -> None:
+  """train.head_position_fraction: in (0, 1], sampled only where it can."""
+  fraction = train.head_position_fraction
+  if not 0 < fraction <= 1:
+    raise ValueError(f'train.head_position_fraction={fraction} must be in '
+                     f'(0, 1].')
+  if fraction < 1 and train.random_head:
+    raise ValueError(f'train.head_position_fraction={fraction} with '
+                     f'train.random_head=True: each cuts the heads\' cost '
+                     f'of a step; choose one.')
+  if fraction < 1 and model.head_layer == 'autoregressive':
+    raise ValueError(f'train.head_position_fraction={fraction}: the '
+                     f'autoregressive draft layer attends over every '
+                     f'position, so its positions cannot be sampled; set '
+                     f'it to 1.0.')
 
 
 def _check_task_fits(task, model) -> None:

@@ -7,6 +7,8 @@ head drawn uniformly at random each step: an unbiased estimate of that mean
 which needs the vocabulary projection (the largest activation) of one head.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -70,7 +72,8 @@ def head_weights(first: int, count: int, head1_weight: float) -> jax.Array:
 def heads_loss(model, batch: dict, *, first: int, count: int,
                label_smoothing: float, random_head: bool,
                dropout_key: jax.Array, head_key: jax.Array,
-               head1_weight: float = 0.0, input_dropout: float = 0.0):
+               head1_weight: float = 0.0, input_dropout: float = 0.0,
+               position_fraction: float = 1.0):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -89,6 +92,13 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       otherwise learn to copy the previous pixel and ignore their input
       image early in training; hiding some previous pixels makes the
       encoder's input worth reading (word dropout, Bowman et al. 2016).
+    position_fraction: the heads after head 1 are trained on this fraction
+      of each row's positions (ceil(fraction * T), real tokens first, drawn
+      with `head_key`); head 1, when trained, keeps every position. Their
+      layers and vocabulary projections are most of a fine-tuning step's
+      cost, and a row's neighbouring positions teach them much the same:
+      at 1/4 of the positions a step costs ~0.6x as much. Not with
+      `random_head`, nor with the draft layer (it reads every position).
 
   The autoregressive draft layer's heads are its drafting steps; its loss
   adds `draft_feature_loss`, the regression of each step's state to the
@@ -114,33 +124,74 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   # the other head layers ignore them (and XLA drops the unused slices).
   next_tokens = shifted_targets(target, 0, max(first + count - 1, 1),
                                 model.config.pad_id)
-  states = model.head_states(hidden, first, count, next_tokens)
-  # states: [batch, T, count, d_model]
-  feature_loss = (draft_feature_loss(states, first, hidden, target,
-                                     model.config.pad_id)
-                  if draft_layer and first + count > 1 else 0.0)
   labels = shifted_targets(target, first, count, model.config.pad_id)
   weights = head_weights(first, count, head1_weight)
-  if random_head:
-    # Only the drawn head goes through the vocabulary projection.
-    drawn = jax.random.choice(head_key, count, p=weights)
-    states = jnp.take(states, drawn[None], axis=2)
-    labels = jnp.take(labels, drawn[None], axis=2)
-    heads = first + drawn[None]
-    weights = jnp.ones((1,))
+  heads = first + jnp.arange(count)
+  if position_fraction < 1 and count > int(first == 0):
+    if random_head or draft_layer:
+      raise ValueError('position_fraction < 1 samples positions for every '
+                       'head after head 1: not with random_head, nor with '
+                       'the autoregressive draft layer.')
+    # Head 1 (when trained) on every position, the later heads on a sample.
+    whole = int(first == 0)
+    rows = sampled_positions(head_key, target, position_fraction,
+                             model.config.pad_id)[..., None]  # [batch, n, 1]
+    take = lambda x: jnp.take_along_axis(x, rows, axis=1)
+    groups = [(model.head_states(take(hidden), first + whole, count - whole,
+                                 take(next_tokens)),
+               take(labels[..., whole:]))]
+    if whole:
+      groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
+                        labels[..., :1]))
+    sums = [jnp.concatenate(parts) for parts in zip(*(
+        _head_sums(model, states, group_labels, label_smoothing)
+        for states, group_labels in groups))]
+    feature_loss = 0.0
   else:
-    heads = first + jnp.arange(count)
-  logits = model.logits(states)  # [batch, T, heads, vocab]
+    states = model.head_states(hidden, first, count, next_tokens)
+    # states: [batch, T, count, d_model]
+    feature_loss = (draft_feature_loss(states, first, hidden, target,
+                                       model.config.pad_id)
+                    if draft_layer and first + count > 1 else 0.0)
+    if random_head:
+      # Only the drawn head goes through the vocabulary projection.
+      drawn = jax.random.choice(head_key, count, p=weights)
+      states = jnp.take(states, drawn[None], axis=2)
+      labels = jnp.take(labels, drawn[None], axis=2)
+      heads = first + drawn[None]
+      weights = jnp.ones((1,))
+    sums = _head_sums(model, states, labels, label_smoothing)
+  loss_sum, correct, tokens = sums
+  per_head_loss = loss_sum / jnp.maximum(tokens, 1.0)
+  num_heads = model.config.num_proposal_heads
+  scatter = lambda values: jnp.zeros(num_heads).at[heads].add(values)
+  metrics = dict(loss_sum=scatter(loss_sum), correct=scatter(correct),
+                 tokens=scatter(tokens))
+  return (per_head_loss * weights).sum() + feature_loss, metrics
+
+
+def sampled_positions(key: jax.Array, target: jax.Array, fraction: float,
+                      pad_id: int) -> jax.Array:
+  """[batch, ceil(fraction * T)] distinct positions of each row, drawn
+  uniformly among its real (non-pad) target tokens, padding positions only
+  where a row has too few."""
+  count = max(1, math.ceil(fraction * target.shape[1]))
+  scores = jax.random.uniform(key, target.shape)
+  # Real tokens score in [1, 2), padding in [0, 1): real ones come first.
+  scores = scores + (target != pad_id)
+  return jax.lax.top_k(scores, count)[1]
+
+
+def _head_sums(model, states: jax.Array, labels: jax.Array,
+               label_smoothing: float):
+  """Per-head sums over the batch of the loss, correct argmaxes and label
+  tokens, each [heads], from states [batch, n, heads, d_model] and labels
+  [batch, n, heads]."""
+  logits = model.logits(states)  # [batch, n, heads, vocab]
   mask = (labels != model.config.pad_id).astype(jnp.float32)
   losses = token_losses(logits, labels, label_smoothing) * mask
   correct = (jnp.argmax(logits, -1) == labels) * mask
-  per_head_loss = losses.sum((0, 1)) / jnp.maximum(mask.sum((0, 1)), 1.0)
-  num_heads = model.config.num_proposal_heads
-  scatter = lambda values: jnp.zeros(num_heads).at[heads].add(values)
-  metrics = dict(loss_sum=scatter(losses.sum((0, 1))),
-                 correct=scatter(correct.sum((0, 1))),
-                 tokens=scatter(mask.sum((0, 1))))
-  return (per_head_loss * weights).sum() + feature_loss, metrics
+  return losses.sum((0, 1)), correct.sum((0, 1)), mask.sum((0, 1))
 
 
 def draft_feature_loss(states: jax.Array, first: int, hidden: jax.Array,

@@ -71,11 +71,13 @@ def plan_phases(train_config, model_config: TransformerConfig) -> list[Phase]:
       raise errors.ConfigError(f'train.head_steps={heads} needs proposal '
                                f'heads: model.num_proposal_heads={k} must be '
                                f'>= 2.')
-    if not base and not train_config.init_from:
-      raise errors.ConfigError('training heads without a base phase needs a '
-                               'trained base: set train.init_from to its '
-                               'workdir.')
     frozen = train_config.freeze_base
+    if not base and not train_config.init_from and frozen:
+      raise errors.ConfigError('heads on a frozen base need a trained base: '
+                               'set train.init_from to its workdir, or '
+                               'train.base_steps > 0, or '
+                               'train.freeze_base=False to train the base '
+                               'with its heads from the start.')
     # A frozen head 1 that is the base output has nothing to learn.
     first = 1 if frozen and model_config.head1_from_base else 0
     phases.append(Phase('heads', base, base + heads, frozen, first,
@@ -145,7 +147,8 @@ def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
           label_smoothing=train_config.label_smoothing,
           random_head=train_config.random_head, dropout_key=dropout_key,
           head_key=head_key, head1_weight=train_config.head1_weight,
-          input_dropout=train_config.get('input_dropout', 0.0))
+          input_dropout=train_config.get('input_dropout', 0.0),
+          position_fraction=train_config.head_position_fraction)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)

@@ -72,6 +72,13 @@ READERS_IGNORE = (
     'model.dropout_rate',  # Training only.
 )
 
+# Fields added to the configs after runs were recorded without them, each
+# with the value that does what those runs did: a record that lacks one
+# compares as if it held that value, so those runs still resume and read.
+ADDED_FIELDS = {
+    'train.head_position_fraction': 1.0,  # The heads saw every position.
+}
+
 _ABSENT = object()  # A field one side of a comparison does not have.
 
 
@@ -245,8 +252,11 @@ def readers_compare(field: str) -> bool:
 def _differences(saved: dict, now: dict) -> list[tuple[str, object, object]]:
   """(field, saved value, current value) of each field that differs.
 
-  A field on one side only differs too; its other value is _ABSENT.
+  A field on one side only differs too; its other value is _ABSENT (for a
+  record, the value of ADDED_FIELDS if the field is one of them).
   """
+  saved = {**{field: value for field, value in ADDED_FIELDS.items()
+              if field in now}, **saved}
   return [(field, saved.get(field, _ABSENT), now.get(field, _ABSENT))
           for field in sorted(saved.keys() | now.keys())
           if saved.get(field, _ABSENT) != now.get(field, _ABSENT)]

@@ -43,6 +43,10 @@ def get_config():
   train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
   train.head1_weight = 0.0  # Head 1's share of a fine-tuning loss (0: 1/k).
   train.random_head = False  # One random head a step (True) or the mean of all.
+  # Heads after head 1 learn from this fraction of each row's positions, a
+  # new sample each step (losses.heads_loss): their layers and vocabulary
+  # projections are most of a heads step's cost. 1: every position.
+  train.head_position_fraction = 1.0
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.

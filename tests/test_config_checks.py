@@ -34,6 +34,10 @@ def test_a_config_at_every_limit_passes():
     ('train', 'label_smoothing', 1.0, r'train.label_smoothing=1.0 must be in'),
     ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be >= 0'),
     ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be in'),
+    ('train', 'head_position_fraction', 0.0,
+     r'train.head_position_fraction=0.0 must be in \(0, 1\]'),
+    ('train', 'head_position_fraction', 1.5,
+     r'train.head_position_fraction=1.5 must be in \(0, 1\]'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
     ('train', 'schedule', 'cosine', "train.schedule='cosine' is not one of"),
     ('eval', 'ks', (2, 9), r'eval \(ks=\(2, 9\).*k=9 must be an integer in '
@@ -62,6 +66,25 @@ def test_bad_fields(section, field, value, message):
   config[section][field] = value
   with pytest.raises(ValueError, match=message):
     config_checks.check(config)
+
+
+@pytest.mark.parametrize('fields,message', [
+    (dict(train=dict(random_head=True)), 'with train.random_head=True: each '
+     'cuts'),
+    (dict(model=dict(head_layer='autoregressive')), 'draft layer attends over '
+     'every position'),
+])
+def test_sampled_head_positions_refuse_what_they_cannot_serve(fields,
+                                                              message):
+  config = demo_config()
+  config.train.head_position_fraction = 0.5
+  config_checks.check(config)  # Independent heads, the mean loss: served.
+  for section, values in fields.items():
+    config[section].update(values)
+  with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+  config.train.head_position_fraction = 1.0
+  config_checks.check(config)  # Every position: no sample, no conflict.
 
 
 def test_missing_section():

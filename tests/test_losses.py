@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from bpd_jax import losses
@@ -30,7 +31,7 @@ def setup():
 # Compiled once per set of heads: eager, the draws below took half a minute.
 heads_loss = nnx.jit(losses.heads_loss, static_argnames=(
     'first', 'count', 'label_smoothing', 'random_head', 'head1_weight',
-    'input_dropout'))
+    'input_dropout', 'position_fraction'))
 
 
 def loss(model, batch, first, count, random_head=False, head_key=None):
@@ -146,3 +147,66 @@ def test_sequential_heads_are_trained_on_the_true_previous_tokens():
   other = (losses.token_losses(wrong, labels, 0.1) * mask).sum() / mask.sum()
   assert abs(float(other) - float(value)) > 1e-4
   assert (metrics['tokens'][1:] > 0).all()
+
+
+@pytest.mark.parametrize('head_layer', ['independent', 'joint', 'sequential'])
+def test_sampled_positions_train_the_later_heads_on_their_sample(head_layer):
+  """Head 1 keeps every position; heads 2.. are trained on the sampled
+  positions alone, exactly the full pass's losses there."""
+  config = TransformerConfig.from_size('tiny', vocab_size=12,
+                                       num_proposal_heads=4,
+                                       head_layer=head_layer)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  _, batch = setup()
+  key = jax.random.key(5)
+  value, metrics = heads_loss(
+      model, batch, first=0, count=4, label_smoothing=0.1, random_head=False,
+      dropout_key=None, head_key=key, head1_weight=0.4,
+      position_fraction=0.4)
+  target = batch['target']
+  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
+  labels = losses.shifted_targets(target, 0, 4)
+  logits = model.head_logits(hidden, 0, 4, losses.shifted_targets(target, 0,
+                                                                   3))
+  mask = np.asarray(labels != 0)
+  token = np.asarray(losses.token_losses(logits, labels, 0.1)) * mask
+  rows = np.asarray(losses.sampled_positions(key, target, 0.4, 0))
+  assert rows.shape == (2, 2)  # ceil(0.4 * 5) positions a row.
+  sampled = np.zeros(target.shape, bool)
+  sampled[np.arange(2)[:, None], rows] = True
+  tokens = [mask[..., 0].sum()] + [mask[..., h][sampled].sum()
+                                   for h in (1, 2, 3)]
+  per_head = [token[..., 0].sum() / tokens[0]] + [
+      token[..., h][sampled].sum() / tokens[h] for h in (1, 2, 3)]
+  np.testing.assert_allclose(float(value), 0.4 * per_head[0]
+                             + 0.2 * sum(per_head[1:]), rtol=1e-5)
+  np.testing.assert_array_equal(metrics['tokens'], tokens)
+  assert tokens[1] < mask[..., 1].sum()  # A sample, not every position.
+  # Another key, another sample (of row 0's five real tokens), another loss.
+  other, _ = heads_loss(
+      model, batch, first=0, count=4, label_smoothing=0.1, random_head=False,
+      dropout_key=None, head_key=jax.random.key(6), head1_weight=0.4,
+      position_fraction=0.4)
+  assert float(other) != float(value)
+
+
+def test_sampled_positions_are_distinct_real_tokens_drawn_uniformly():
+  target = jnp.array([[5, 6, 7, 8, 1, 0, 0, 0], [5, 1, 0, 0, 0, 0, 0, 0]])
+  draws = np.asarray(jax.vmap(
+      lambda key: losses.sampled_positions(key, target, 0.5, 0))(
+          jax.random.split(jax.random.key(0), 400)))  # [400, 2, 4]
+  assert all(len(set(row)) == 4 for draw in draws for row in draw)
+  # Row 0 has 5 real tokens: 4 of them each time, each in ~4/5 of draws.
+  assert (draws[:, 0] < 5).all()
+  frequency = np.bincount(draws[:, 0].ravel(), minlength=5) / len(draws)
+  np.testing.assert_allclose(frequency, 0.8, atol=0.07)
+  # Row 1 has 2: both every time, the rest padding.
+  assert all({0, 1} <= set(row) for row in draws[:, 1])
+
+
+def test_sampled_positions_refuse_what_reads_every_position():
+  model, batch = setup()
+  with pytest.raises(ValueError, match='not with random_head'):
+    losses.heads_loss(model, batch, first=0, count=4, label_smoothing=0.1,
+                      random_head=True, dropout_key=None,
+                      head_key=jax.random.key(0), position_fraction=0.5)

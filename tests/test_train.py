@@ -248,12 +248,30 @@ def test_periodic_evaluation(tmp_path):
 
 @pytest.mark.parametrize('fields,message', [
     (dict(base_steps=0, head_steps=0), 'must be >= 0 with a positive sum'),
-    (dict(base_steps=0, head_steps=5),
-     'training heads without a base phase needs a trained base'),
+    (dict(base_steps=0, head_steps=5, freeze_base=True),
+     'heads on a frozen base need a trained base'),
 ])
 def test_bad_phase_plans(tmp_path, fields, message):
   with pytest.raises(ValueError, match=message):
     train.train(tiny_config(train=fields), str(tmp_path), log=quiet)
+
+
+def test_phase_plans():
+  config = tiny_config()
+  model_config = factory.model_config_from(config, vocab_size=50)
+  plan = lambda **fields: [
+      (p.name, p.start, p.end, p.heads_only, p.first_head, p.num_heads)
+      for p in train.plan_phases(tiny_config(train=fields).train,
+                                 model_config)]
+  assert plan(base_steps=12, head_steps=8, freeze_base=True) == [
+      ('base', 0, 12, False, 0, 1), ('heads', 12, 20, True, 1, 2)]
+  assert plan(base_steps=12, head_steps=8, freeze_base=False) == [
+      ('base', 0, 12, False, 0, 1), ('heads', 12, 20, False, 0, 3)]
+  # No base phase, nothing frozen: the base trains with its heads from the
+  # start, no trained base needed.
+  assert plan(base_steps=0, head_steps=8, freeze_base=False) == [
+      ('heads', 0, 8, False, 0, 3)]
+  assert plan(base_steps=12, head_steps=0) == [('base', 0, 12, False, 0, 1)]
 
 
 def test_heads_need_heads(tmp_path):

@@ -166,6 +166,23 @@ def test_training_refuses_a_changed_field(tmp_path, section, field, value,
       f'--config.train.init_from={tmp_path}.')
 
 
+def test_a_record_from_before_an_added_field(tmp_path):
+  """A run recorded before train.head_position_fraction existed trained
+  its heads on every position: it resumes with 1.0, not with 0.5."""
+  train(train_configs.demo_config(), tmp_path)
+  record = tmp_path / 'config.json'
+  fields = json.loads(record.read_text())
+  del fields['train.head_position_fraction']
+  record.write_text(json.dumps(fields))
+  assert train(train_configs.demo_config(), tmp_path, write=False) == []
+  assert read(train_configs.demo_config(), tmp_path) == []
+  config = train_configs.demo_config()
+  config.train.head_position_fraction = 0.5
+  with pytest.raises(errors.WorkdirError, match=(
+      r'train.head_position_fraction 1.0 \(saved\) vs 0.5 \(now\)')):
+    train(config, tmp_path)
+
+
 def test_training_names_every_refused_field(tmp_path):
   train(train_configs.demo_config(), tmp_path)
   config = train_configs.demo_config()
