@@ -1,67 +1,72 @@
-"""The README's main job: train a translator, then its blockwise heads.
+"""The README's main job: train a translator with its blockwise heads.
 
     python -m bpd_jax.main --config=configs/demo.py --workdir=/tmp/bpd_demo
 
 On the built-in translation task (bpd_jax/tasks/text/embedded.py: an
 English-like to German-like language pair with reordering and agreement,
-generated, no download) this trains a small Transformer (phase 'base', 500
-steps), then 8 proposal heads with the whole model fine-tuned (phase 'heads', 1,000
-steps; head 1 keeps half the loss so the base keeps its quality), then
-decodes the 500 validation sentences greedily and blockwise for k = 2, 4,
-6, 8 at batch size 1 and prints the table: BLEU, mean accepted block size,
-model calls, wall-clock, speedup and the fraction of outputs identical to
-greedy.
+generated, no download) this trains a small Transformer and 8 sequential
+proposal heads together from the start (one phase, 1,000 steps; head 1, the
+model's own output, keeps half the loss so the translator keeps its
+quality), then decodes the 500 validation sentences greedily and blockwise
+for k = 2, 4, 6, 8 at batch size 1 and prints the table: BLEU, mean
+accepted block size, model calls, wall-clock, speedup and the fraction of
+outputs identical to greedy.
 
 Expected on a 2-core CPU (measured from a clean clone, idle machine): BLEU
-100 for every decoder, identical_to_greedy 1.0, mean accepted block 1.77 /
-2.83 / 3.50 / 4.04 for k = 2 / 4 / 6 / 8, 5.9-7.0 minutes end to end (two
-runs an hour apart: the machine's speed drifts by 20%; 5.1-5.8 a day earlier
-with the rsqrt decay). Measured on such machines, one run each (BLEU, k=8
-block, minutes):
+99.5 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
+2.83 / 3.51 / 4.08 for k = 2 / 4 / 6 / 8, 3.1-3.3 minutes end to end. Where
+the time goes: start-up ~10 s (imports, the generated corpus, the model's
+initialisation), 3 compiles of the train step (one per bucket length,
+~5 s each), 1,000 steps at 6.5-8 a second, and ~25 s for the table (each
+decoder compiled, ~3 s, and run over the 500 sentences).
 
-  1,500 + 2,000 steps, lr 2e-3, dropout 0.1, batches of 64 pairs padded to
-    24 tokens (earlier settings): 99.95, 4.14, 9.5;
-  500 + 1,000 steps, rsqrt decay, 64 pairs padded to 24: 99.1, 3.99, 6.6;
-  the same with the length buckets: 99.8, 4.01, 5.1;
-  400 + 800 with the buckets, rsqrt: 99.6, 3.84, 4.9; linear (this
-    config's decay): 99.7-99.9, 3.91-3.93, 5.4 (on the slower day);
-  400 + 800, linear, d_ff 256 and head_hidden 128: 99.5, 3.71, 4.5;
-  300 + 700, linear: 99.0, 3.68; 250 + 750 at lr 8e-3: 95.1, 3.13;
-  batches of 512 tokens, 600 + 1,200 steps: 98.5, 3.39.
+How the settings were chosen (one run each on one machine whose speed
+drifts by 15%; BLEU, k=8 block, minutes end to end):
 
-So k=8 blocks of 4 take about this many steps; the 4 minutes a fixed cost
-would allow are not reached. Where the time goes: a 3 + 3-step run of this
-config takes 71 s (start-up ~5 s; 6 compiles of the train step, 3 bucket
-shapes in each phase, ~40 s; 5 decoders compiled and run over 500
-sentences, ~25 s), and a heads step costs 2x a base step (224 vs 113 ms on
-64 x 16 tokens): the heads' layer ~55 ms, the vocabulary projections of
-heads 2..8 ~30 ms. Batching the heads' product over a leading head axis
-took the layer alone to 41 ms but no whole step measurably faster.
+  independent (the paper's) heads, a base phase of 500 steps then 1,000
+    fine-tuning the heads with the base, every position: 99.5, 3.97, 4.9;
+  the same, the heads on half the positions: 99.8, 3.85, 3.8; a quarter:
+    98.9, 3.43, 3.5;
+  independent heads with the base from the start, half the positions,
+    1,300 steps: 99.5, 3.94, 3.7 (1,400: 99.7, 3.99, 3.9; head hidden 64:
+    98.9, 3.44; hidden 512 at 1,100 steps: 99.3, 3.81; head 1 weighing
+    0.3: 88.0, 3.34; 0.6: 99.8, 3.97);
+  sequential heads, the same way: 1,100 steps 99.7, 4.11, 3.5; 1,000
+    steps (this config) 99.5, 4.08, 3.1-3.3; a quarter of the positions at
+    1,100 steps: 99.4, 3.93, 3.0; a 100-step warm-up: 99.0, 4.04.
 
-Dropout is off: the generated corpus is far from memorised in two epochs,
-and a step without it is ~10% faster. The random-head loss
-(`train.random_head`) costs 1.7x a base step (196 ms against the mean's 224:
-every head's layer still runs) and trains each of heads 2..8 one step in
-14: per head trained, the mean is the cheaper loss here. With
-`train.freeze_base=True` the base stays bit-identical but the heads reach
-only 1.41 / 1.48 / 1.48 / 1.48 (measured with 2,500 + 1,500 steps at the
-previous settings), as the paper also found for frozen bases.
+A sequential head reads the token the head before it proposed, so head 8
+need not guess the seven tokens between: for the same steps its blocks are
+longer than the paper's heads'. Half the positions for heads 2..8
+(`train.head_position_fraction`) make a step ~1.45x a base step instead of
+~2x; a quarter loses more block than it saves time. Training the base with
+its heads from the start saves a phase's compiles and gives the heads every
+step. Dropout is off: the generated corpus is far from memorised in two
+epochs, and a step without it is ~10% faster. With `train.freeze_base=True`
+(after a base phase) the base stays bit-identical but the paper's heads
+reach only ~1.5 tokens a call, as the paper also found for frozen bases.
 
 Options (`--config=configs/demo.py:quick`): quick (a one-minute run that
-shows the pipeline, not the quality); distilled=DIR (train on a corpus
-written by `python -m bpd_jax.distill ... --output_dir=DIR`, the paper's
-sequence-level distillation). Any field can be overridden, e.g.
+shows the pipeline, not the quality); heads=TYPE (the head layer:
+sequential, the default, or the paper's independent or joint heads, or
+autoregressive, models/heads.py; the draft job's refinements, Kim et al.'s,
+need the paper's heads: `heads=independent`); distilled=DIR (train on a
+corpus written by `python -m bpd_jax.distill ... --output_dir=DIR`, the
+paper's sequence-level distillation). Any field can be overridden, e.g.
 `--config.train.head_steps=3000 --config.eval.ks=(4,8)`. Fields not set
 here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax import config_options
+from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')
 
 
 def get_config(arg=None):
-  options = config_options.parse(arg, quick=False, distilled='')
+  options = config_options.parse(arg, quick=False, heads='sequential',
+                                 distilled='')
+  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   quick = options['quick']
   config = base.get_config()
 
@@ -91,6 +96,9 @@ def get_config(arg=None):
   model.max_source_len = 32  # Longest source the encoder takes (eval sources too).
   model.max_target_len = 48  # Decoder positions: eval.max_len + k must fit.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
+  # Heads that read the previous head's proposed token (models/heads.py):
+  # longer blocks than the paper's independent heads for the same steps.
+  model.head_layer = options['heads']
 
   train = config.train
   train.batch_size = 64  # Unused: tokens_per_batch sets the batches.
@@ -99,14 +107,20 @@ def get_config(arg=None):
   # padding every batch to 24 spent half of each step on padding.
   train.tokens_per_batch = 1024
   train.bucket_lengths = (12, 16, 24)  # Padded lengths of the buckets.
-  train.base_steps = 100 if quick else 500  # Phase 'base': the whole model.
-  train.head_steps = 50 if quick else 1000  # Phase 'heads': heads (+ base).
-  train.freeze_base = False  # Fine-tune all (the paper's longer blocks); True: frozen.
-  train.head1_weight = 0.5  # Head 1's share of a fine-tuning loss (0: 1/k).
+  # One phase: the base and its heads trained together from the start.
+  train.base_steps = 0  # No base-only phase.
+  train.head_steps = 150 if quick else 1000  # Phase 'heads': base + heads.
+  train.freeze_base = False  # The whole model trains (the paper's longer blocks).
+  train.head1_weight = 0.5  # Head 1's share of the loss (0: 1/k).
+  # Heads 2..8 learn from half of each row's positions: a step costs ~1.45x
+  # a base step instead of ~2x, for slightly shorter blocks per step (the
+  # draft layer attends over every position: all of them).
+  train.head_position_fraction = (1.0 if options['heads'] == 'autoregressive'
+                                  else 0.5)
   train.learning_rate = 5e-3  # Peak learning rate, reached after warm-up.
-  train.warmup_steps = 150  # Linear warm-up (each phase), then the decay.
-  # Decay to zero at the end of each phase: at 400 + 800 steps k=8 blocks of
-  # 3.93 against the paper's rsqrt decay's 3.84.
+  train.warmup_steps = 50 if quick else 150  # Linear warm-up, then the decay.
+  # Decay to zero at the end of the phase: at 400 + 800 steps (paper heads,
+  # two phases) k=8 blocks of 3.93 against the paper's rsqrt decay's 3.84.
   train.schedule = 'linear'
   train.log_every = 50 if quick else 100  # Steps between progress lines.
 
@@ -119,4 +133,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 200,
                                      lm_steps=100 if quick else 1500)
+  if heads_lib.dependent(options['heads']):
+    # Refinement's lattice is of independent heads: the analysis only.
+    config.drafts.refinements = ()
   return config

@@ -43,11 +43,11 @@ Fields not set here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax import config_options
+from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')
 
 BASES = ('frozen', 'finetuned')
-HEAD_LAYERS = ('independent', 'joint', 'sequential', 'autoregressive')
 
 
 def get_config(arg=None):
@@ -56,7 +56,7 @@ def get_config(arg=None):
       base='frozen', heads='independent', distilled='')
   quick, init_from = options['quick'], options['init_from']
   config_options.check_choice(options, 'base', BASES)
-  config_options.check_choice(options, 'heads', HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   config = base.get_config()
 
   task = config.task
@@ -111,7 +111,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 300,
                                      lm_steps=100 if quick else 2000)
-  if options['heads'] in ('sequential', 'autoregressive'):
+  if heads_lib.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

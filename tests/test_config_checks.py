@@ -12,6 +12,16 @@ def test_demo_configs_pass():
   config_checks.check(demo_config())
   config_checks.check(demo_config('quick'))
   config_checks.check(demo_config('distilled=/tmp/x'))
+  for heads in ('independent', 'joint', 'sequential', 'autoregressive'):
+    config = demo_config(f'heads={heads}')
+    assert config.model.head_layer == heads
+    config_checks.check(config)
+    # The draft job's refinements read the paper's heads' lattice.
+    assert bool(config.drafts.refinements) == (heads in ('independent',
+                                                         'joint'))
+  with pytest.raises(ValueError, match="config option heads='paper' is not "
+                     'one of'):
+    demo_config('heads=paper')
 
 
 def test_a_config_at_every_limit_passes():

@@ -11,7 +11,9 @@ import pytest
 import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ['--config=configs/demo.py:quick', '--config.train.tokens_per_batch=0',
+# The paper's heads (the draft job's refinements need them), two phases.
+TINY = ['--config=configs/demo.py:quick,heads=independent',
+        '--config.train.tokens_per_batch=0',
         '--config.model.d_model=32',
         '--config.model.d_ff=64', '--config.model.num_proposal_heads=3',
         '--config.model.head_hidden=32', '--config.train.base_steps=10',

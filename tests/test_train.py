@@ -114,7 +114,8 @@ def test_fine_tuning_changes_the_base(base_run, tmp_path):
   _, base_dir, base_model, _ = base_run
   config = tiny_config(train=dict(base_steps=0, head_steps=4,
                                   init_from=base_dir, freeze_base=False,
-                                  random_head=True))
+                                  random_head=True,
+                                  head_position_fraction=1.0))
   model, _ = train.train(config, str(tmp_path), log=quiet)
   before = flat(params_of(base_model), heads=False)
   after = flat(params_of(model), heads=False)

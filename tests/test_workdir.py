@@ -169,14 +169,15 @@ def test_training_refuses_a_changed_field(tmp_path, section, field, value,
 def test_a_record_from_before_an_added_field(tmp_path):
   """A run recorded before train.head_position_fraction existed trained
   its heads on every position: it resumes with 1.0, not with 0.5."""
-  train(train_configs.demo_config(), tmp_path)
+  config = train_configs.demo_config()
+  config.train.head_position_fraction = 1.0
+  train(config, tmp_path)
   record = tmp_path / 'config.json'
   fields = json.loads(record.read_text())
   del fields['train.head_position_fraction']
   record.write_text(json.dumps(fields))
-  assert train(train_configs.demo_config(), tmp_path, write=False) == []
-  assert read(train_configs.demo_config(), tmp_path) == []
-  config = train_configs.demo_config()
+  assert train(config, tmp_path, write=False) == []
+  assert read(config, tmp_path) == []
   config.train.head_position_fraction = 0.5
   with pytest.raises(errors.WorkdirError, match=(
       r'train.head_position_fraction 1.0 \(saved\) vs 0.5 \(now\)')):
@@ -199,14 +200,14 @@ def test_training_names_every_refused_field(tmp_path):
 def test_training_resumes_with_more_steps(tmp_path):
   train(train_configs.demo_config(), tmp_path)
   config = train_configs.demo_config()
-  config.train.base_steps = 800
+  config.train.head_steps = 1200
   assert train(config, tmp_path, write=False) == [
-      'resuming with changed train.base_steps 500 -> 800']
+      'resuming with changed train.head_steps 1000 -> 1200']
   saved = tmp_path / 'config.json'
-  assert json.loads(saved.read_text())['train.base_steps'] == 500
+  assert json.loads(saved.read_text())['train.head_steps'] == 1000
   assert train(config, tmp_path) == [
-      'resuming with changed train.base_steps 500 -> 800']
-  assert json.loads(saved.read_text())['train.base_steps'] == 800
+      'resuming with changed train.head_steps 1000 -> 1200']
+  assert json.loads(saved.read_text())['train.head_steps'] == 1200
   assert train(config, tmp_path) == []
 
 
@@ -273,9 +274,9 @@ def test_corrupt_record(tmp_path, text):
 def test_reader_refuses_another_head_type(tmp_path):
   """A checkpoint read with heads of another type is refused by name
   before any weights are read."""
-  train(train_configs.demo_config(), tmp_path)
+  train(train_configs.demo_config('heads=independent'), tmp_path)
   config = train_configs.demo_config()
-  config.model.head_layer = 'sequential'
+  assert config.model.head_layer == 'sequential'
   with pytest.raises(errors.WorkdirError,
                      match='model.head_layer "independent" \\(saved\\) vs '
                      '"sequential" \\(now\\)'):

@@ -21,7 +21,11 @@ def demo_config(arg=None):
 
 
 def tiny_config(**sections):
-  """The demo config shrunk; `sections` maps 'train' etc. to field dicts."""
+  """The demo config shrunk; `sections` maps 'train' etc. to field dicts.
+
+  Its heads are the demo's (sequential, trained on half the positions),
+  in two phases (a base phase, then the heads with the base).
+  """
   config = demo_config()
   config.task.sizes = dict(train=400, validation=8)
   # Dropout on (the demo has none), so that the resume and device-count
