@@ -43,7 +43,7 @@ from bpd_jax import rescorers
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.models import heads as heads_lib
-from bpd_jax.models.transformer import DecodeCache, Transformer
+from bpd_jax.models.transformer import Transformer
 
 
 class Decoder:
@@ -169,7 +169,8 @@ class Decoder:
                 tuning: auto_k.AutoK | None = None,
                 refinement: decoding.Refinement | None = None,
                 rescorer=None, sampler: decoding.Sampler | None = None,
-                key: int | jax.Array = 0) -> decoding.DecodeResult:
+                key: int | jax.Array = 0,
+                tree: decoding.Tree | None = None) -> decoding.DecodeResult:
     """Blockwise parallel decoding with the model's proposal heads.
 
     Args:
@@ -191,14 +192,16 @@ class Decoder:
         Exact: the base model's distribution) or typical acceptance
         (decoding.Typical); None: argmax decoding.
       key: the sampling's int seed, key or [batch] keys (see `decode`).
+      tree: a tree of the heads' candidates (`decoding.Tree`, depth k - 1)
+        verified in each call; None: the heads' argmax, one draft.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
       block_sizes has k + 1 columns (2 where 'auto' chose greedy decoding).
     """
     if k == 'auto':
-      if refinement is not None:
-        raise ValueError("k='auto' does not take a refinement.")
+      if refinement is not None or tree is not None:
+        raise ValueError("k='auto' does not take a refinement or a tree.")
       if sampler is not None:
         raise ValueError("k='auto' does not take a sampler: its tuning "
                          "measures argmax acceptance.")
@@ -211,7 +214,8 @@ class Decoder:
                        f'number of proposal heads.')
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
-        refinement=refinement, sampler=sampler), rescorer=rescorer, key=key)
+        refinement=refinement, sampler=sampler, tree=tree),
+                       rescorer=rescorer, key=key)
 
   def _auto_k(self, inputs, max_len, criterion, min_block, tuning) -> int:
     """The k that `tuning` picks for this input (1: greedy decoding)."""
@@ -269,6 +273,10 @@ class Decoder:
     """The inputs checked against the options and placed on the mesh."""
     options.check(self.config.num_proposal_heads, self.config.vocab_size,
                   heads_lib.dependent(self.config.head_layer))
+    if options.scored > options.block and self.config.local_window:
+      raise ValueError('several drafts a call (a tree or a refinement of '
+                       'p > 1) are verified as a token tree, which local '
+                       'attention (image models) does not serve.')
     return self._place(check_inputs(self.config, inputs, options))
 
   def _place(self, inputs: np.ndarray):
@@ -305,20 +313,21 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
               mesh=None, batch_axis: str = 'data',
               refinement: decoding.Refinement | None = None,
               rescorer=None, sampler: decoding.Sampler | None = None,
-              key: int | jax.Array = 0) -> decoding.DecodeResult:
+              key: int | jax.Array = 0,
+              tree: decoding.Tree | None = None) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
     inputs, k, max_len, criterion, min_block, tuning, refinement, rescorer,
-      sampler, key: as `Decoder.blockwise`.
+      sampler, key, tree: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
   """
   return Decoder(model, mesh, batch_axis).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, tuning=tuning, refinement=refinement,
-      rescorer=rescorer, sampler=sampler, key=key)
+      rescorer=rescorer, sampler=sampler, key=key, tree=tree)
 
 
 def sample(model: Transformer, inputs, *, max_len: int,
@@ -377,14 +386,6 @@ def check_inputs(config, inputs,
   return array.astype(np.int32)
 
 
-def _take_rows(cache: DecodeCache, rows: jax.Array) -> DecodeCache:
-  """A draft's cache rows: the self-attention cache only. The encoder's
-  memory is the same for every draft of an example, and drafts only move
-  between rows of their own example."""
-  return dataclasses.replace(cache, self_attention=jax.tree.map(
-      lambda x: x[rows], cache.self_attention))
-
-
 def _replicate(model, mesh):
   if mesh is None:
     return model
@@ -421,7 +422,7 @@ def _decode_body(model: Transformer, weights, inputs,
       extend=model.extend,
       next_token_logits=functools.partial(model.next_token_logits,
                                           weights=weights),
-      take_rows=_take_rows, **proposals)
+      extend_tree=model.extend_tree, commit=model.commit, **proposals)
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id, iterations=iterations)
   if options.sampling:
@@ -436,8 +437,8 @@ def _decode_body(model: Transformer, weights, inputs,
     return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
   return decoding.blockwise_decode(
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
-      min_block=options.min_block, refinement=options.refinement,
-      rescore=rescore, **ids)
+      min_block=options.min_block, tree=options.tree,
+      refinement=options.refinement, rescore=rescore, **ids)
 
 
 def _iteration_count(iterations) -> np.ndarray:

@@ -81,7 +81,25 @@ def make_fns(mode, k):
       proposals.append(head_proposal(mode, head, token))
     return logits_of(jnp.stack(proposals, axis=1))
 
-  return DecodingFns(extend, next_token_logits, proposal_logits)
+  def extend_tree(cache, tokens, start, depths, ancestors):
+    # Node i's history: the committed tokens before the root, then its path.
+    history = ops.write_at(cache['history'], tokens, start)
+    committed = jnp.arange(history.shape[1])[None, :] < start[:, None]
+    history_sum = ((history * committed).sum(-1)[:, None]
+                   + (ancestors * tokens[:, None, :]).sum(-1))
+    positions = start[:, None] + depths
+    eos_position = jnp.broadcast_to(cache['eos_position'][:, None],
+                                    positions.shape)
+    features = jnp.stack([history_sum, positions, eos_position], axis=-1)
+    return features, dict(cache, history=history)
+
+  def commit(cache, start, nodes):
+    history = cache['history']
+    path = jnp.take_along_axis(history, start[:, None] + nodes, axis=1)
+    return dict(cache, history=ops.write_at(history, path, start))
+
+  return DecodingFns(extend, next_token_logits, proposal_logits,
+                     extend_tree=extend_tree, commit=commit)
 
 
 def make_cache(batch, positions, eos_position):

@@ -20,6 +20,7 @@ import pytest
 from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
 from bpd_jax.decoding import blockwise
 from bpd_jax.decoding import Refinement
+from bpd_jax.decoding import Tree
 from bpd_jax.decoding.prompt import required_positions
 
 import fake_model
@@ -37,16 +38,21 @@ CRITERIA = {
 
 def decode(mode, k, max_len, criterion=Exact(), min_block=1,
            prompt=PROMPT, lengths=LENGTHS, eos_position=EOS_POSITION,
-           refinement=None, rescore=None, fns=None, trace=False):
+           refinement=None, rescore=None, fns=None, trace=False, tree=None):
   prompt = jnp.asarray(prompt, jnp.int32)
+  scored = k  # Positions a call scores: k, or the nodes of a tree.
+  if tree is not None:
+    scored = tree.size
+  elif refinement is not None and refinement.drafts > 1:
+    scored = refinement.tree_size(k)
   cache = fake_model.make_cache(
-      prompt.shape[0], required_positions(prompt.shape[1], max_len, k),
+      prompt.shape[0], required_positions(prompt.shape[1], max_len, scored),
       eos_position)
   run = functools.partial(
       blockwise_decode, fns or fake_model.make_fns(mode, k), k=k,
       max_len=max_len, eos_id=fake_model.EOS, pad_id=fake_model.PAD,
       criterion=criterion, min_block=min_block, refinement=refinement,
-      rescore=rescore)
+      rescore=rescore, tree=tree)
   args = (cache, prompt, jnp.asarray(lengths, jnp.int32))
   return jax.make_jaxpr(run)(*args) if trace else jax.jit(run)(*args)
 
@@ -177,14 +183,14 @@ def test_batch_equals_each_example_alone():
     assert batch.model_calls[i] == alone.model_calls[0]
 
 
-def test_verify_picks_the_candidate_with_the_longest_accepted_prefix():
-  # One example, three candidate drafts of 3 proposals; logits favour 5.
-  logits = jnp.broadcast_to(jax.nn.one_hot(5, 8), (1, 3, 3, 8))
-  drafts = jnp.array([[[5, 2, 5], [5, 5, 2], [2, 5, 5]]])
-  choice, accepted = blockwise.verify(Exact(), drafts, logits, 0)
-  assert int(choice[0]) == 1 and int(accepted[0]) == 2
-  _, forced = blockwise.verify(Exact(), drafts, logits, 3)
-  assert int(forced[0]) == 3
+def test_verify_takes_the_longest_acceptable_prefix():
+  # One example, 3 proposals; the logits favour 5 at every position.
+  logits = jnp.broadcast_to(jax.nn.one_hot(5, 8), (3, 3, 8))
+  proposals = jnp.array([[5, 2, 5], [5, 5, 2], [2, 5, 5]])
+  np.testing.assert_array_equal(
+      blockwise.verify(Exact(), proposals, logits, 0), [1, 2, 0])
+  np.testing.assert_array_equal(
+      blockwise.verify(Exact(), proposals, logits, 3), [3, 3, 3])
 
 
 def test_min_block_out_of_range_is_rejected():
@@ -254,3 +260,46 @@ def test_refinement_that_proposes_plain_drafts_is_the_plain_program():
     assert refinement.is_plain
     assert str(decode('oracle', 4, 20, refinement=refinement,
                       trace=True)) == str(plain)
+
+
+# --- Static trees of the heads' candidates.
+
+
+@pytest.mark.parametrize('k, max_len', [(2, 40), (4, 3), (4, 40)])
+def test_a_tree_holding_the_right_draft_decodes_as_the_oracle(k, max_len):
+  # The heads rank the right token second: a tree of every top-2
+  # combination holds the right draft each call, so every call accepts
+  # as the oracle's do, and the output is greedy's.
+  fns = second_best_fns(k)
+  result = decode(None, k, max_len, fns=fns,
+                  tree=Tree.from_widths((2,) * (k - 1), k - 1))
+  oracle = decode('oracle', k, max_len)
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
+    np.testing.assert_array_equal(result.tokens[i, :len(expected)],
+                                  expected)
+  np.testing.assert_array_equal(result.model_calls, oracle.model_calls)
+  np.testing.assert_array_equal(result.block_sizes, oracle.block_sizes)
+
+
+@pytest.mark.parametrize('name', ['exact', 'top2'])
+def test_a_tree_with_the_argmax_path_accepts_at_least_the_chain(name):
+  # The argmax chain is one of the tree's paths: calls never exceed the
+  # plain draft's, and the output is what the criterion gives.
+  criterion, _ = CRITERIA[name]
+  k, max_len = 4, 30
+  for mode in ('oracle', 'wrong', ('right_first', 1)):
+    plain = decode(mode, k, max_len, criterion=criterion)
+    treed = decode(mode, k, max_len, criterion=criterion,
+                   tree=Tree.from_widths((2, 1, 2), 3))
+    if name == 'exact':
+      np.testing.assert_array_equal(treed.tokens, plain.tokens)
+    assert (treed.model_calls <= plain.model_calls).all()
+    if mode == 'oracle':
+      np.testing.assert_array_equal(treed.model_calls, plain.model_calls)
+
+
+def test_a_chain_tree_is_the_plain_program():
+  plain = decode('oracle', 4, 20, trace=True)
+  assert str(decode('oracle', 4, 20, tree=Tree.chain(3), trace=True)) == \
+      str(plain)

@@ -20,7 +20,7 @@ from flax import nnx
 from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax.bench import near_ties
-from bpd_jax.decoding import Distance, TopK
+from bpd_jax.decoding import Distance, Refinement, Sampler, TopK, Tree
 from bpd_jax.models import Transformer, TransformerConfig
 
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
@@ -142,6 +142,44 @@ def exact_blockwise_equals_greedy(max_examples):
 test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(8)
 test_exact_blockwise_equals_greedy_on_many_models = pytest.mark.slow(
     exact_blockwise_equals_greedy(60))
+
+
+def exact_tree_decoding_equals_greedy(max_examples):
+  """The property with a tree of the heads' candidates verified per call."""
+
+  @hypothesis.settings(max_examples=max_examples, deadline=None,
+                       suppress_health_check=[
+                           hypothesis.HealthCheck.too_slow])
+  @hypothesis.given(
+      seed=st.integers(0, 2**16),
+      k=st.integers(2, 6),
+      widths=st.sampled_from([(2,), (2, 2), (3, 1, 2), (1, 3)]),
+      batch=st.sampled_from([1, 3]),
+      encoder_layers=st.sampled_from([2, 0]),
+      head_layer=st.sampled_from(HEAD_LAYERS),
+      head_scale=st.sampled_from([0.0, 0.3, 1.0]))
+  def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale):
+    tree = Tree.from_widths(widths[:k - 1], k - 1)
+    with jax.enable_x64(True):
+      model = random_model(seed, encoder_layers, head_layer,
+                           head_scale=head_scale)
+      inputs = random_inputs(seed, batch)
+      reference = generate.greedy(model, inputs, max_len=16)
+      result = generate.blockwise(model, inputs, k=k, max_len=16, tree=tree)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      np.testing.assert_array_equal(
+          (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+      # The argmax chain is one of the tree's paths: no more calls than it.
+      plain = generate.blockwise(model, inputs, k=k, max_len=16)
+      if (np.asarray(plain.tokens) == np.asarray(result.tokens)).all():
+        assert (result.model_calls <= plain.model_calls).all()
+
+  return check
+
+
+test_exact_tree_decoding_equals_greedy = exact_tree_decoding_equals_greedy(4)
+test_exact_tree_decoding_equals_greedy_on_many_models = pytest.mark.slow(
+    exact_tree_decoding_equals_greedy(30))
 
 
 @pytest.mark.parametrize('k', [2, 5, 8])
@@ -266,10 +304,14 @@ def test_sharded_over_8_devices_equals_unsharded(encoder_layers, head_layer):
   with jax.enable_x64(True):
     model = random_model(13, encoder_layers, head_layer)
     inputs = random_inputs(13, 8)
+    tree = Tree.from_widths((2, 2), 3)
     for run in (lambda **kw: generate.greedy(model, inputs, max_len=12,
                                              **kw),
                 lambda **kw: generate.blockwise(model, inputs, k=4,
-                                                max_len=12, **kw)):
+                                                max_len=12, **kw),
+                lambda **kw: generate.blockwise(model, inputs, k=4,
+                                                max_len=12, tree=tree,
+                                                **kw)):
       plain = run()
       sharded = run(mesh=mesh)
       assert len(sharded.tokens.sharding.device_set) == 8
@@ -302,6 +344,18 @@ def small_model():
     (dict(k=3, max_len=0), 'max_len=0 must be an integer >= 1'),
     (dict(k=3, max_len=62), 'needs 65 decoder positions; the model has '
      'max_target_len=64'),
+    # A tree scores its nodes: 7 of them need 6 more positions than k=3.
+    (dict(k=3, max_len=58, tree=Tree.from_widths((2, 2), 2)),
+     'needs 65 decoder positions'),
+    (dict(k=4, tree=Tree.from_widths((2, 2), 2)), 'a tree of depth 2 '
+     'verifies 3 tokens a call: k must be 3, not 4'),
+    (dict(k=3, tree=Tree.from_widths((8,), 2)), 'top 8 tokens of a '
+     'vocabulary of 7'),
+    (dict(k=3, tree=Tree.chain(2), min_block=2), 'a tree has no one draft'),
+    (dict(k=3, tree=Tree.chain(2), sampler=Sampler(temperature=1.0)),
+     'a tree takes no sampling'),
+    (dict(k=3, tree=Tree.chain(2), refinement=Refinement(drafts=2, top_t=2)),
+     'a tree takes no refinement'),
 ])
 def test_bad_decoding_options(small_model, kwargs, message):
   kwargs = {'max_len': 8, **kwargs}

@@ -247,3 +247,63 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(head_layer,
     model.heads(features, 1, 3)
   with pytest.raises(ValueError, match='use sequential_step'):
     model.proposal_logits(features[:, 0], 3)
+
+
+@pytest.mark.parametrize('encoder_layers, positions', [(2, 'sinusoidal'),
+                                                       (0, 'learned')])
+def test_a_tree_node_decodes_as_its_path_and_commit_writes_the_chain(
+    encoder_layers, positions):
+  """extend_tree: each node's output is that of its path decoded as a
+  chain; commit: the winning path's entries, moved into place, are the
+  chain's entries. Stale entries past the root (an earlier block) are
+  never read."""
+  from bpd_jax.decoding import tree as tree_lib  # pylint: disable=g-import-not-at-top
+  with jax.enable_x64(True):
+    config = TransformerConfig(**{
+        **TINY, 'num_encoder_layers': encoder_layers, 'positions': positions,
+        'dtype': 'float64', 'param_dtype': 'float64'})
+    model = Transformer(config, rngs=nnx.Rngs(4))
+    source = jnp.asarray([[5, 6, 7, 1], [4, 9, 1, 0]]) if encoder_layers \
+        else None
+    rng = np.random.default_rng(2)
+    prefix = jnp.asarray(rng.integers(3, 11, (2, 6)), jnp.int32)
+    start = jnp.asarray([3, 5], jnp.int32)  # Each example's root position.
+    cache = model.init_cache(2, 24, source)
+    _, cache = extend(model, cache, prefix, jnp.zeros_like(start))
+    # Three drafts of three proposals after each example's root.
+    roots = jnp.take_along_axis(prefix, start[:, None], axis=1)
+    proposals = jnp.asarray(rng.integers(3, 6, (2, 3, 3)), jnp.int32)
+    drafts = jnp.concatenate([jnp.broadcast_to(roots[:, None], (2, 3, 1)),
+                              proposals], axis=2)
+    block = tree_lib.from_drafts(drafts, (3, 3, 3), 10)
+    features, tree_cache = nnx.jit(lambda m, c: m.extend_tree(
+        c, block.tokens, start, block.depths, block.ancestors))(model, cache)
+    for example in range(2):
+      for node in np.flatnonzero(block.valid[example]):
+        path = np.flatnonzero(block.ancestors[example, node])
+        chain = block.tokens[example, path][None]
+        one = jax.tree.map(lambda x: x[example:example + 1], cache)
+        out, _ = extend(model, one, chain, start[example:example + 1])
+        np.testing.assert_allclose(features[example, node], out[0, -1],
+                                   rtol=1e-9, atol=1e-9)
+    # Commit each example's last node's path; compare with its chain.
+    last = jnp.asarray([int(np.flatnonzero(block.valid[i])[-1])
+                        for i in range(2)])
+    on_path = jnp.take_along_axis(block.ancestors, last[:, None, None],
+                                  axis=1)[:, 0]
+    path = jnp.stack([jnp.argmax(on_path & (block.depths == d), axis=1)
+                      for d in range(4)], axis=1)
+    committed = model.commit(tree_cache, start, path)
+    chain = jnp.take_along_axis(block.tokens, path, axis=1)
+    _, chained = extend(model, cache, chain, start)
+    for layer, layer_chain in zip(committed.self_attention,
+                                  chained.self_attention):
+      for example in range(2):
+        depth = int(block.depths[example, last[example]])
+        span = slice(int(start[example]), int(start[example]) + depth + 1)
+        np.testing.assert_allclose(layer.key[example, span],
+                                   layer_chain.key[example, span],
+                                   rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(layer.value[example, span],
+                                   layer_chain.value[example, span],
+                                   rtol=1e-9, atol=1e-9)

@@ -3,8 +3,9 @@
 Nothing here imports a model. A decoder receives a `DecodingFns`: plain
 functions that extend a cache by n positions per example and map the
 resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
-`refine.Refinement` (with `lattice.py`) makes the blockwise decoder verify
-several drafts per call, picked from the heads' top-t lattice.
+`tree.Tree` makes the blockwise decoder verify a tree of the heads'
+candidates in one call; `refine.Refinement` (with `lattice.py`) picks the
+drafts from the heads' top-t lattice with a rescorer, verified as a tree.
 `sampling.py` samples instead of taking the argmax: ancestral sampling, and
 blockwise sampling that keeps the base model's distribution.
 `DecodeOptions` describes one decode (decoder, k, criterion, min_block,
@@ -19,8 +20,10 @@ from bpd_jax.decoding.greedy import greedy_decode
 from bpd_jax.decoding.options import DecodeOptions
 from bpd_jax.decoding.refine import Refinement
 from bpd_jax.decoding.sampling import Sampler
+from bpd_jax.decoding.tree import Tree
 from bpd_jax.decoding.types import DecodeResult, DecodingFns
 
 __all__ = ['Criterion', 'DecodeOptions', 'DecodeResult', 'DecodingFns',
-           'Distance', 'Exact', 'Refinement', 'Sampler', 'TopK', 'Typical',
+           'Distance', 'Exact', 'Refinement', 'Sampler', 'TopK', 'Tree',
+           'Typical',
            'blockwise_decode', 'from_spec', 'greedy_decode', 'sampling']

@@ -14,11 +14,11 @@ keeps its own length, a block is written at each example's own offset, and
 the cache entries of rejected proposals are masked by position and later
 overwritten. Finished examples ride along without changing.
 
-With a `refine.Refinement`, each call verifies p drafts per example (Kim et
-al. 2024): the drafts are folded into the batch (the cache keeps one row per
-draft), the draft with the longest accepted prefix wins, and its cache rows
-are copied over the others' for the next call. Refinement changes what is
-proposed, never what is accepted.
+Several drafts per call, a `tree.Tree` over the heads' candidates or the p
+drafts of a `refine.Refinement` (Kim et al. 2024), are verified as one token
+tree (`tree.py`): one call scores every node, the deepest accepted node
+wins, and only its path's cache entries are moved into place. Trees and
+refinement change what is proposed, never what is accepted.
 """
 
 import dataclasses
@@ -26,11 +26,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bpd_jax import ops
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 
 
@@ -43,45 +45,41 @@ class BlockwiseState:
     tokens: [batch, max_len + k] generated tokens, pad_id past each length.
     lengths: [batch] tokens generated (accepted) so far.
     done: [batch] bool, the example has produced eos_id or max_len tokens.
-    block: [batch, p, k] the next call's p drafts (p = 1 without
-      refinement): block[:, :, 0] is the last accepted token
-      (tokens[:, lengths - 1]), block[:, :, 1:] the proposals after it.
-    cache: the model's cache (batch * p rows, draft-minor).
+    block: the next call's draft: [batch, k], block[:, 0] the last
+      accepted token (tokens[:, lengths - 1]), block[:, 1:] the proposals
+      after it; or, verifying several drafts, a `tree.TreeBlock` (its root
+      the last accepted token).
+    cache: the model's cache.
     model_calls: [batch] calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram of tokens appended per call.
   """
   tokens: jax.Array
   lengths: jax.Array
   done: jax.Array
-  block: jax.Array
+  block: jax.Array | tree_lib.TreeBlock
   cache: Cache
   model_calls: jax.Array
   block_sizes: jax.Array
 
 
-def verify(criterion: criteria_lib.Criterion, drafts: jax.Array,
+def verify(criterion: criteria_lib.Criterion, proposals: jax.Array,
            logits: jax.Array, min_accepted: int,
-           best: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-  """Picks, per example, the candidate draft with the longest accepted prefix.
-
-  Written for several candidates per example (the top-p refined drafts of
-  Kim et al. 2024); the decoding loop passes one.
+           best: jax.Array | None = None) -> jax.Array:
+  """Proposals accepted per example: the longest acceptable prefix.
 
   Args:
     criterion: the verification criterion.
-    drafts: [batch, candidates, n] proposed tokens.
-    logits: [batch, candidates, n, vocab] the scoring model's logits at the
-      positions of the drafts, each conditioned on its own draft.
+    proposals: [batch, n] proposed tokens.
+    logits: [batch, n, vocab] the scoring model's logits at the positions
+      before them, each conditioned on the proposals before it.
     min_accepted: proposals taken even where verification fails.
-    best: [batch, candidates, n] argmax of `logits`, if already taken.
+    best: [batch, n] argmax of `logits`, if already taken.
 
   Returns:
-    (chosen candidate [batch], accepted proposals of it [batch]).
+    [batch] accepted proposals.
   """
-  counts = criteria_lib.accepted_count(
-      criterion.accepts(drafts, logits, best), min_accepted)
-  choice = jnp.argmax(counts, axis=-1)
-  return choice, jnp.max(counts, axis=-1)
+  return criteria_lib.accepted_count(
+      criterion.accepts(proposals, logits, best), min_accepted)
 
 
 def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
@@ -90,6 +88,7 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      criterion: criteria_lib.Criterion = criteria_lib.Exact(),
                      min_block: int = 1,
                      iterations: jax.Array | None = None,
+                     tree: tree_lib.Tree | None = None,
                      refinement: refine_lib.Refinement | None = None,
                      rescore: refine_lib.Rescore | None = None
                      ) -> DecodeResult:
@@ -97,8 +96,10 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
 
   Args:
     fns: the model's decoding functions; `proposal_logits` (or `draft`)
-      gives heads 2..k.
-    cache: an empty cache of `prompt.required_positions(P, max_len, k)`.
+      gives heads 2..k; several drafts a call need `extend_tree` and
+      `commit`.
+    cache: an empty cache of `prompt.required_positions(P, max_len, n)`,
+      n the positions a call scores (k, or the tree's nodes).
     prompt: [batch, P] right-padded decoder prompts (bos_id alone for an
       encoder-decoder).
     prompt_lengths: [batch] valid prompt tokens per example, >= 1.
@@ -108,12 +109,14 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     pad_id: filler past each example's end.
     criterion: verification criterion; Exact() reproduces greedy decoding.
     min_block: l, the fewest tokens a call appends (1 <= l <= k); l > 1
-      accepts the first l - 1 proposals unverified.
+      accepts the first l - 1 proposals unverified (one draft only).
     iterations: exactly this many loop iterations (timing; see
       `prompt.run_loop`); None: until every example has ended.
-    refinement: draft refinement (several drafts verified per call); None,
-      or options that propose what plain decoding proposes (one draft, no
-      rescoring), run the plain loop.
+    tree: a static tree of the heads' candidates, of depth k - 1, verified
+      each call; None (or a chain): one draft.
+    refinement: draft refinement: its p drafts verified each call as a
+      tree; None, or options that propose what plain decoding proposes,
+      run the plain loop.
     rescore: the refinement's rescorer (`refine.Rescore`), if it has one.
 
   Returns:
@@ -126,15 +129,11 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                                            prompt_lengths)
   first = prompt_lib.argmax(fns.next_token_logits(
       ops.take_at(features, prompt_lengths - 1)))
-  if refinement is not None and not refinement.is_plain and k > 1:
+  propose = _plain_draft
+  if k > 1 and refinement is not None and not refinement.is_plain:
     propose = functools.partial(_refined_drafts, refinement, rescore)
-    drafts = refinement.drafts
-  else:
-    propose, drafts = _plain_draft, 1
-  if drafts > 1:
-    # Every leaf replicated (an encoder's memory too); later calls move
-    # rows within an example only (`DecodingFns.take_rows`).
-    cache = jax.tree.map(lambda x: jnp.repeat(x, drafts, axis=0), cache)
+  elif k > 1 and tree is not None and not tree.is_chain:
+    propose = functools.partial(_tree_drafts, tree)
   tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
       first)
   lengths = jnp.ones((batch,), jnp.int32)
@@ -147,9 +146,21 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       done=(first == eos_id) | (max_len == 1), block=block, cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
-  step = functools.partial(
-      _blockwise_step, fns, prompt_lengths, propose, k=k, max_len=max_len,
-      eos_id=eos_id, pad_id=pad_id, criterion=criterion, min_block=min_block)
+  if isinstance(block, tree_lib.TreeBlock):
+    if min_block != 1:
+      raise ValueError(f'min_block={min_block}: a tree has no one draft to '
+                       f'accept unverified; use min_block=1.')
+    if fns.extend_tree is None or fns.commit is None:
+      raise ValueError('several drafts a call need the model\'s '
+                       'extend_tree and commit (DecodingFns).')
+    step = functools.partial(_tree_step, fns, prompt_lengths, propose, k=k,
+                             max_len=max_len, eos_id=eos_id, pad_id=pad_id,
+                             criterion=criterion)
+  else:
+    step = functools.partial(
+        _blockwise_step, fns, prompt_lengths, propose, k=k, max_len=max_len,
+        eos_id=eos_id, pad_id=pad_id, criterion=criterion,
+        min_block=min_block)
   return _result(prompt_lib.run_loop(step, state, iterations), max_len)
 
 
@@ -161,8 +172,8 @@ def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
 
 def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
                  lengths, k) -> tuple[jax.Array, Cache]:
-  """([batch, 1, k]: the accepted token, then heads 2..k's argmax after
-  it; the cache).
+  """([batch, k]: the accepted token, then heads 2..k's argmax after it;
+  the cache).
 
   Args:
     fns: the model's decoding functions.
@@ -178,19 +189,19 @@ def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
   del tokens, lengths
   token = ops.take_at(next_tokens, last)
   if k == 1:
-    return token[:, None, None], cache
+    return token[:, None], cache
   proposals, _, cache = prompt_lib.draft(
       fns, cache, features, next_tokens, start, last,
       lambda index, logits: prompt_lib.argmax(logits))
-  return jnp.concatenate([token[:, None], proposals], axis=1)[:, None], cache
+  return jnp.concatenate([token[:, None], proposals], axis=1), cache
 
 
 def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
-                    start, last, tokens, lengths, k) -> tuple[jax.Array,
-                                                             Cache]:
-  """([batch, p, k]: p drafts from the heads' lattice (`refine.propose`);
-  the cache). Arguments as `_plain_draft`'s."""
-  del start, k
+                    start, last, tokens, lengths, k):
+  """The refinement's drafts (`refine.propose`): [batch, k] for one, else
+  their tree (`tree.from_drafts`); the cache. Arguments as
+  `_plain_draft`'s."""
+  del start
   if fns.draft is not None:
     raise ValueError('draft refinement reads a lattice of independent '
                      "heads' top-t; these heads read each other's proposals "
@@ -199,41 +210,108 @@ def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
       refinement, rescore, ops.take_at(next_tokens, last),
       fns.proposal_logits(ops.take_at(features, last)),
       _history(refinement, tokens, lengths))
-  return drafts, cache
+  if refinement.drafts == 1:
+    return drafts[:, 0], cache
+  return tree_lib.from_drafts(drafts, (k - 1,) * refinement.drafts,
+                              refinement.tree_size(k)), cache
+
+
+def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
+                 tokens, lengths, k) -> tuple[tree_lib.TreeBlock, Cache]:
+  """The static tree's nodes after the last accepted token (arguments as
+  `_plain_draft`'s).
+
+  Independent heads: each node's token is its rank in its head's top t.
+  Heads that read each other's proposals: one draft per leaf, each head
+  choosing the leaf's rank at its depth (argmax below it), the nodes the
+  leaves share drafted once per leaf, alike.
+  """
+  del tokens, lengths
+  token = ops.take_at(next_tokens, last)
+  leaves = tree.leaves
+  if fns.draft is None:
+    logits = fns.proposal_logits(ops.take_at(features, last))
+    _, top = jax.lax.top_k(logits, tree.top_t)  # [batch, k - 1, t]
+    depth = np.array([[j for j in range(k - 1)] for _ in leaves])
+    rank = np.array([list(leaf) + [0] * (k - 1 - len(leaf))
+                     for leaf in leaves])
+    proposals = top[:, depth, rank]  # [batch, leaves, k - 1]
+  else:
+    drafts = []
+    for leaf in leaves:
+      ranks = leaf + (0,) * (k - 1 - len(leaf))
+      chosen, _, cache = prompt_lib.draft(
+          fns, cache, features, next_tokens, start, last,
+          lambda index, logits, ranks=ranks: _ranked(logits, ranks[index]))
+      drafts.append(chosen)
+    proposals = jnp.stack(drafts, axis=1)
+  drafts = jnp.concatenate([
+      jnp.broadcast_to(token[:, None, None], (token.shape[0], len(leaves), 1)),
+      proposals.astype(token.dtype)], axis=2)
+  return tree_lib.from_drafts(drafts, [len(leaf) for leaf in leaves],
+                              tree.size), cache
+
+
+def _ranked(logits: jax.Array, rank: int) -> jax.Array:
+  """[..., vocab] -> [...] the token of that rank (0: the argmax)."""
+  if rank == 0:
+    return prompt_lib.argmax(logits)
+  return jax.lax.top_k(logits, rank + 1)[1][..., rank]
 
 
 def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
                     k, max_len, eos_id, pad_id, criterion,
                     min_block) -> BlockwiseState:
-  """One call: score every draft, accept the longest acceptable prefix,
-  propose the next drafts."""
-  batch, p, _ = state.block.shape
+  """One call: score the draft, accept the longest acceptable prefix,
+  propose the next draft."""
   start = prompt_lengths + state.lengths - 1
-  features, cache = fns.extend(state.cache,
-                               state.block.reshape(batch * p, k),
-                               jnp.repeat(start, p) if p > 1 else start)
-  logits = fns.next_token_logits(features)  # [batch * p, k, vocab]
-  # scored[:, d, j]: the scoring model's token after draft d's position j.
-  scored = prompt_lib.argmax(logits).reshape(batch, p, k)
+  features, cache = fns.extend(state.cache, state.block, start)
+  logits = fns.next_token_logits(features)  # [batch, k, vocab]
+  # scored[:, j]: the scoring model's token after position j.
+  scored = prompt_lib.argmax(logits)
   if k == 1:
-    choice = accepted = jnp.zeros_like(state.lengths)
+    accepted = jnp.zeros_like(state.lengths)
   else:
-    choice, accepted = verify(
-        criterion, state.block[:, :, 1:],
-        logits.reshape(batch, p, k, -1)[:, :, :-1], min_block - 1,
-        scored[:, :, :-1])
-  if p > 1:
-    block = ops.take_at(state.block, choice)
-    scored = ops.take_at(scored, choice)
-    # Every draft's rows continue from the winner's cache.
-    rows = jnp.arange(batch) * p + choice
-    cache = _take_rows(fns, cache, jnp.repeat(rows, p))
-    features = features[rows]
-  else:
-    block, scored = state.block[:, 0], scored[:, 0]
+    accepted = verify(criterion, state.block[:, 1:], logits[:, :-1],
+                      min_block - 1, scored[:, :-1])
+  return _accept(fns, propose, state, state.block, accepted,
+                 ops.take_at(scored, accepted), features, cache, start,
+                 k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+
+
+def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
+               max_len, eos_id, pad_id, criterion) -> BlockwiseState:
+  """One call: score every node of the tree, accept the deepest accepted
+  node's path, move its cache entries into place, propose the next tree."""
+  tree = state.block
+  start = prompt_lengths + state.lengths - 1
+  features, cache = fns.extend_tree(state.cache, tree.tokens, start,
+                                    tree.depths, tree.ancestors)
+  logits = fns.next_token_logits(features)  # [batch, N, vocab]
+  scored = prompt_lib.argmax(logits)
+  best, accepted, path = tree_lib.verify(criterion, tree, logits, scored,
+                                         k - 1)
+  cache = fns.commit(cache, start, path)
+  rows = jnp.arange(path.shape[0])[:, None]
+  return _accept(fns, propose, state, tree.tokens[rows, path], accepted,
+                 ops.take_at(scored, best), features[rows, path], cache,
+                 start, k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+
+
+def _accept(fns, propose, state, block, accepted, token, features, cache,
+            start, *, k, max_len, eos_id, pad_id) -> BlockwiseState:
+  """Appends a verified draft's accepted prefix and the scoring model's
+  token after it, and proposes the next draft.
+
+  Args:
+    block: [batch, k] the draft, its first token the last accepted one.
+    accepted: [batch] its proposals accepted.
+    token: [batch] the scoring model's token after the last accepted one.
+    features: [batch, k, ...] the call's outputs at the draft's positions.
+    cache, start: the cache after the call, the draft's first position.
+  """
   # The accepted proposals, then the scoring model's token after them.
-  next_tokens = prompt_lib.block_next_tokens(block, accepted,
-                                             ops.take_at(scored, accepted))
+  next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = append_accepted(
       state, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
       pad_id=pad_id)
@@ -292,9 +370,3 @@ def _history(refinement, tokens, lengths) -> jax.Array:
       [jnp.full((tokens.shape[0], c), refinement.start_id, tokens.dtype),
        tokens], axis=1)
   return ops.slice_at(padded, lengths, c)
-
-
-def _take_rows(fns, cache, rows):
-  if fns.take_rows is not None:
-    return fns.take_rows(cache, rows)
-  return jax.tree.map(lambda x: x[rows], cache)

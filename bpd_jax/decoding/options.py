@@ -20,6 +20,7 @@ from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import sampling as sampling_lib
+from bpd_jax.decoding import tree as tree_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,9 @@ class DecodeOptions:
       rule (criterion Exact: the base model's distribution) or typical
       acceptance (Typical) otherwise; None, or temperature 0: greedy.
       Its numbers are traced, not part of the compilation key.
+    tree: a static tree of the heads' candidates (`tree.Tree`, depth
+      k - 1), every node verified in one call; None: the heads' argmax,
+      one draft.
   """
   max_len: int
   k: int = 0
@@ -46,11 +50,13 @@ class DecodeOptions:
   min_block: int = 1
   refinement: refine_lib.Refinement | None = None
   sampler: sampling_lib.Sampler | None = None
+  tree: tree_lib.Tree | None = None
 
   @classmethod
   def from_specs(cls, *, max_len: int, k: int = 0, criterion: str = 'exact',
                  min_block: int = 1, refinement: str = '',
-                 window: int = 0, sampler: str = '') -> 'DecodeOptions':
+                 window: int = 0, sampler: str = '',
+                 tree: str = '') -> 'DecodeOptions':
     """Options from the strings of configs and flags.
 
     Args:
@@ -61,6 +67,8 @@ class DecodeOptions:
       window: the neural rescorer's window, for a 'neural' refinement.
       sampler: '' (argmax) or a `sampling.Sampler.from_spec` spec, e.g.
         'temperature=0.7,top_p=0.9'.
+      tree: '' (one draft) or the widths of a tree of depth k - 1
+        (`tree.Tree.from_spec`), e.g. '2,2'.
     """
     return cls(max_len=max_len, k=k,
                criterion=criteria_lib.from_spec(criterion),
@@ -68,7 +76,8 @@ class DecodeOptions:
                refinement=(refine_lib.Refinement.from_spec(refinement, window)
                            if refinement else None),
                sampler=(sampling_lib.Sampler.from_spec(sampler)
-                        if sampler else None))
+                        if sampler else None),
+               tree=tree_lib.Tree.from_spec(tree, k - 1) if tree else None)
 
   @property
   def sampling(self) -> bool:
@@ -89,13 +98,24 @@ class DecodeOptions:
 
   @property
   def block(self) -> int:
-    """Positions a call scores per example: 1 for greedy decoding, else k."""
+    """Tokens a call can append: 1 for greedy decoding, else k."""
     return max(self.k, 1)
+
+  @property
+  def scored(self) -> int:
+    """Positions a call scores per example: the block, or the nodes of
+    the tree its drafts make."""
+    if self.tree is not None and not self.tree.is_chain:
+      return self.tree.size
+    if (self.refinement is not None and self.refinement.drafts > 1
+        and self.k > 1):
+      return self.refinement.tree_size(self.k)
+    return self.block
 
   def required_positions(self, prompt_length: int) -> int:
     """Decoder positions a decode after a prompt of this length needs."""
     return prompt_lib.required_positions(prompt_length, self.max_len,
-                                         self.block)
+                                         self.scored)
 
   def check(self, num_heads: int, vocab_size: int,
             dependent_heads: str = '') -> None:
@@ -113,9 +133,10 @@ class DecodeOptions:
     if self.sampler is not None:
       self._check_sampler(vocab_size)
     if self.greedy:
-      if self.min_block != 1 or self.refinement is not None:
-        raise ValueError('greedy decoding (k=0) takes no min_block or '
-                         'refinement.')
+      if (self.min_block != 1 or self.refinement is not None
+          or self.tree is not None):
+        raise ValueError('greedy decoding (k=0) takes no min_block, '
+                         'refinement or tree.')
       return
     if not isinstance(self.k, int) or not 1 <= self.k <= num_heads:
       raise ValueError(f'k={self.k!r} must be an integer in [1, '
@@ -129,6 +150,8 @@ class DecodeOptions:
         and self.criterion.t > vocab_size):
       raise ValueError(f'top-k verification t={self.criterion.t} exceeds '
                        f'the vocabulary size {vocab_size}.')
+    if self.tree is not None:
+      self._check_tree(vocab_size)
     if self.refinement is not None:
       if self.sampling:
         raise ValueError('sampling takes no refinement: its drafts are not '
@@ -144,6 +167,26 @@ class DecodeOptions:
             f"heads' top-t; {dependent_heads!r} heads read each other's "
             f'proposals, so their drafts are made one head after another: '
             f'decode them without a refinement.')
+
+  def _check_tree(self, vocab_size: int) -> None:
+    if not isinstance(self.tree, tree_lib.Tree):
+      raise ValueError(f'tree={self.tree!r} is not a decoding.Tree.')
+    if self.tree.depth != self.k - 1:
+      raise ValueError(f'a tree of depth {self.tree.depth} verifies '
+                       f'{self.tree.depth + 1} tokens a call: k must be '
+                       f'{self.tree.depth + 1}, not {self.k}.')
+    if self.tree.top_t > vocab_size:
+      raise ValueError(f'the tree reads the top {self.tree.top_t} tokens '
+                       f'of a vocabulary of {vocab_size}.')
+    if self.refinement is not None:
+      raise ValueError('a tree takes no refinement: a refinement makes its '
+                       'own tree of its drafts.')
+    if self.sampling:
+      raise ValueError('a tree takes no sampling: sampled proposals are '
+                       'verified by the rejection rule one draft at a time.')
+    if self.min_block != 1:
+      raise ValueError(f'min_block={self.min_block}: a tree has no one '
+                       f'draft to accept unverified; use min_block=1.')
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampling_lib.Sampler):

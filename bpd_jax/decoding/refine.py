@@ -2,7 +2,8 @@
 
 Plain blockwise decoding proposes one draft, the argmax of each head. Here
 the heads' top-t tokens at each position form a lattice (`lattice.py`), and
-a rescorer picks the p drafts the next call verifies side by side:
+a rescorer picks the p drafts the next call verifies, merged on their
+shared prefixes into one token tree (`tree.py`):
 
 - 'none': the p best paths under the heads' own log probabilities;
 - 'ngram': the p best paths under the heads' scores interpolated with an
@@ -27,7 +28,8 @@ from bpd_jax.decoding import lattice
 
 RESCORERS = ('none', 'ngram', 'neural')
 # A spec's options: key -> (field, type).
-_SPEC_KEYS = {'p': ('drafts', int), 't': ('top_t', int), 'w': ('weight', float)}
+_SPEC_KEYS = {'p': ('drafts', int), 't': ('top_t', int), 'w': ('weight', float),
+              'n': ('nodes', int)}
 
 # 'ngram': (context [..., c], word [...]) -> [...] log P(word | context).
 # 'neural': tokens [batch, length] -> [batch, vocab] log P(next token).
@@ -47,6 +49,10 @@ class Refinement:
     context: preceding output tokens the rescorer reads: n - 1 for an
       n-gram model, the window of the neural one.
     start_id: the token that stands before an output's first token (bos).
+    nodes: p > 1 drafts are verified as one token tree (`tree.py`), merged
+      on their shared prefixes: at most this many nodes (the best draft's
+      whole chain, then the others' new nodes in order); 0: all of them,
+      at most 1 + p (k - 1).
   """
   drafts: int = 1
   top_t: int = 1
@@ -54,6 +60,7 @@ class Refinement:
   weight: float = 0.5
   context: int = 0
   start_id: int = 2
+  nodes: int = 0
 
   def __post_init__(self):
     if self.rescorer not in RESCORERS:
@@ -67,6 +74,9 @@ class Refinement:
     if not 0.0 <= self.weight <= 1.0:
       raise ValueError(f'refinement weight={self.weight!r} must lie in '
                        f'[0, 1].')
+    if not isinstance(self.nodes, int) or self.nodes < 0:
+      raise ValueError(f'refinement nodes={self.nodes!r} must be an '
+                       f'integer >= 0.')
     if not isinstance(self.context, int) or self.context < 0:
       raise ValueError(f'refinement context={self.context!r} must be an '
                        f'integer >= 0.')
@@ -79,8 +89,9 @@ class Refinement:
     """Options from 'RESCORER:p=P,t=T,w=W' (configs, flags).
 
     RESCORER is none, ngram or neural; p drafts verified per call, t tokens
-    per head, w the rescorer's weight (defaults p=1, t=1, w=0.5), e.g.
-    'ngram:p=4,t=4,w=0.3' or 'neural:t=4'. `window` is the neural
+    per head, w the rescorer's weight, n the nodes of their tree (defaults
+    p=1, t=1, w=0.5, n=0: all), e.g. 'ngram:p=4,t=4,w=0.3' or
+    'neural:t=4'. `window` is the neural
     rescorer's context; an n-gram model's comes with the model.
     """
     name, _, options = spec.partition(':')
@@ -114,6 +125,14 @@ class Refinement:
                        f'lattice at k={k}.')
     if k == 1 and self.drafts > 1:
       raise ValueError('k=1 has no proposals: drafts must be 1.')
+    if self.nodes and not k <= self.nodes <= 1 + self.drafts * (k - 1):
+      raise ValueError(f'nodes={self.nodes} must hold the best draft (k={k}) '
+                       f'and at most all {self.drafts} drafts (1 + '
+                       f'{self.drafts} x {k - 1}).')
+
+  def tree_size(self, k: int) -> int:
+    """Nodes of the drafts' tree at block size k."""
+    return self.nodes or 1 + self.drafts * (k - 1)
 
   @property
   def is_plain(self) -> bool:

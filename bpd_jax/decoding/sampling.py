@@ -320,7 +320,7 @@ def _sampled_blockwise(fns, cache, prompt, prompt_lengths, *, k, sampler,
       first)
   inner = blockwise_lib.BlockwiseState(
       tokens=tokens, lengths=jnp.ones((batch,), jnp.int32),
-      done=(first == eos_id) | (max_len == 1), block=block[:, None],
+      done=(first == eos_id) | (max_len == 1), block=block,
       cache=cache, model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
   state = SamplingState(inner, draft_log_q, keys, jnp.ones((), jnp.int32))
@@ -392,7 +392,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   """One call: score the block, accept by the rule, draw the token after
   the accepted proposals, draw the next block's proposals."""
   inner = state.inner
-  block = inner.block[:, 0]  # [batch, k]
+  block = inner.block  # [batch, k]
   start = prompt_lengths + inner.lengths - 1
   features, cache = fns.extend(inner.cache, block, start)
   log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, k, V]
@@ -431,5 +431,5 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
       fns, sampler, criterion, cache, features, next_tokens, start, accepted,
       draft_key, k)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
-                                next_block[:, None], cache, k)
+                                next_block, cache, k)
   return SamplingState(inner, draft_log_q, state.keys, state.call + 1)

@@ -41,19 +41,26 @@ class DecodingFns(NamedTuple):
       past the accepted length are stale and must stay unread. The logits
       are what each proposal was chosen from. None: heads 2..k are
       independent (`proposal_logits`).
-    take_rows: (cache, rows [n]) -> the cache of those rows, in that order.
-      Used only to verify several drafts per example (draft refinement):
-      each draft gets its own cache rows (every leaf's leading axis is the
-      batch), and after a call the winning draft's rows are copied to the
-      other drafts of the same example. None: every leaf is taken along its
-      leading axis; a model can skip parts that all drafts of an example
-      share (an encoder's memory).
+    extend_tree: (cache, tokens [batch, N], start [batch], depths
+      [batch, N], ancestors [batch, N, N]) -> (features [batch, N, ...],
+      cache). Scores a token tree (`tree.py`): node 0 is the last accepted
+      token at position start, node i sits at start + depths[:, i] and is
+      written to cache position start + i; it attends to the positions
+      before start and to the nodes j with ancestors[:, i, j] (its own
+      path), so its features are those of its path decoded as a chain.
+      Used for several drafts per call (a `tree.Tree`, or a refinement of
+      p > 1 drafts); None: the model serves one draft a call.
+    commit: (cache, start [batch], nodes [batch, m]) -> cache. After
+      `extend_tree`: moves the entries of the winning path's nodes (at
+      start + nodes[:, j]) to start + j, as a chain decode of that path
+      would have written them; nothing else.
   """
   extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
   next_token_logits: Callable[[Any], jax.Array]
   proposal_logits: Callable[[Any], jax.Array] | None = None
   draft: Callable[..., tuple[jax.Array, jax.Array, Cache]] | None = None
-  take_rows: Callable[[Cache, jax.Array], Cache] | None = None
+  extend_tree: Callable[..., tuple[Any, Cache]] | None = None
+  commit: Callable[[Cache, jax.Array, jax.Array], Cache] | None = None
 
 
 @jax.tree_util.register_dataclass

@@ -227,6 +227,39 @@ class SelfAttention(_Projections):
     return self.out(self._merge_heads(y)), cache
 
 
+  def extend_tree(self, x: jax.Array, cache: KVCache, start: jax.Array,
+                  ancestors: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Adds a token tree's n nodes per example and attends along it.
+
+    The nodes are written at cache positions start .. start + n - 1, node
+    order; node i attends to every position before `start` (the committed
+    output) and, among the nodes, to its ancestors and itself: what it
+    would attend to in a chain of its own path (`decoding/tree.py`).
+
+    Args:
+      x: [batch, n, d_model] the nodes' inputs.
+      cache: this layer's cache.
+      start: [batch] the root's (node 0's) absolute position.
+      ancestors: [batch, n, n] bool, node j is node i or an ancestor of it.
+
+    Returns:
+      ([batch, n, d_model], updated cache).
+    """
+    n = x.shape[1]
+    q, k, v = self._split_heads(self.qkv(x), 3)
+    cache = KVCache(ops.write_at(cache.key, k, start),
+                    ops.write_at(cache.value, v, start))
+    slot = jnp.arange(cache.key.shape[1])[None, :] - start[:, None]  # [b, L]
+    node = jnp.broadcast_to(jnp.clip(slot, 0, n - 1)[:, None, :],
+                            (x.shape[0], n, slot.shape[1]))
+    among_nodes = jnp.take_along_axis(ancestors, node, axis=2)  # [b, n, L]
+    mask = (slot < 0)[:, None, :] | (among_nodes & (slot < n)[:, None, :])
+    y = jax.nn.dot_product_attention(q, cache.key.astype(q.dtype),
+                                     cache.value.astype(q.dtype),
+                                     mask=mask[:, None])
+    return self.out(self._merge_heads(y)), cache
+
+
 class CrossAttention(_Projections):
   """Attention from decoder positions to the encoder output (the memory)."""
 

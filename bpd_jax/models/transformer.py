@@ -629,6 +629,59 @@ class Transformer(nnx.Module):
     return hidden, dataclasses.replace(cache,
                                        self_attention=tuple(layer_caches))
 
+  def extend_tree(self, cache: DecodeCache, tokens: jax.Array,
+                  start: jax.Array, depths: jax.Array,
+                  ancestors: jax.Array) -> tuple[jax.Array, DecodeCache]:
+    """Runs the decoder on a token tree of n nodes per example
+    (`DecodingFns.extend_tree`, `decoding/tree.py`).
+
+    Args:
+      cache: from `init_cache` or a previous call.
+      tokens: [batch, n] node tokens; node 0 is the last accepted token.
+      start: [batch] its absolute position; node i sits at start +
+        depths[:, i] and is written to cache position start + i.
+      depths: [batch, n] node depths.
+      ancestors: [batch, n, n] bool: node j is node i or its ancestor.
+
+    Returns:
+      ([batch, n, d_model] decoder outputs, updated cache); the outputs of
+      a node equal those of the same tokens decoded as a chain.
+    """
+    if self.config.local_window is not None:
+      raise ValueError('tree verification is not served with local '
+                       'attention (image models): decode with one draft.')
+
+    def self_attend(i, module, y):
+      return module.extend_tree(y, cache.self_attention[i], start, ancestors)
+
+    hidden, layer_caches = self._decode(
+        tokens, start[:, None] + depths, cache.memory or None,
+        cache.memory_valid, None, self_attend, cache.skip_source)
+    return hidden, dataclasses.replace(cache,
+                                       self_attention=tuple(layer_caches))
+
+  def commit(self, cache: DecodeCache, start: jax.Array,
+             nodes: jax.Array) -> DecodeCache:
+    """Moves a tree path's entries to consecutive positions
+    (`DecodingFns.commit`): the entries at start + nodes[:, j] go to
+    start + j, in every layer; nothing else is copied.
+
+    Args:
+      cache: after `extend_tree`.
+      start: [batch] the root's position.
+      nodes: [batch, m] the path's nodes, depth 0 (the root) first.
+    """
+    positions = start[:, None] + nodes
+
+    def move(entries):  # [batch, positions, heads, head_dim]
+      path = jnp.take_along_axis(entries, positions[:, :, None, None],
+                                 axis=1)
+      return ops.write_at(entries, path, start)
+
+    return dataclasses.replace(cache, self_attention=tuple(
+        attention.KVCache(move(c.key), move(c.value))
+        for c in cache.self_attention))
+
   def _memory(self, source, dropout_rngs):
     """Projected encoder output per decoder layer, and source validity."""
     if not self.config.is_encoder_decoder:

@@ -1,0 +1,294 @@
+"""Token trees: several drafts per example verified in one model call.
+
+Plain blockwise decoding verifies one draft, a chain of k tokens. A tree
+verifies many: drafts that share a prefix share its nodes, the nodes are
+laid out as one sequence of N positions per example, and one model call
+scores them all, each node attending only to the committed output and to
+its own ancestors (`DecodingFns.extend_tree`). Node 0 is the root, the last
+accepted token; a node at depth d sits at the root's position + d. A node
+is right where the criterion accepts its token against the scoring model's
+output at its parent, and it is accepted where it and all its ancestors
+are right; the deepest accepted node wins (the first in node order on a
+tie), and the path to it is what a chain decode of that draft would have
+accepted. Its cache entries are moved to consecutive positions
+(`DecodingFns.commit`), and the same call's outputs along the path give the
+next proposals.
+
+Two kinds of tree come here:
+- `Tree`, a static shape over the heads' candidates (as Medusa's): each
+  node is a rank path (r_1, ..., r_d), the r_j-th most likely token of head
+  j + 1 at depth j given the path above it;
+- the p drafts of a refinement (`refine.py`), merged on their shared
+  prefixes (`from_drafts`), at most N nodes.
+Both become a `TreeBlock` of per-example arrays through `from_drafts`.
+"""
+
+import dataclasses
+import heapq
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpd_jax import ops
+from bpd_jax.decoding import criteria as criteria_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+  """A static tree of the heads' candidates (hashable: a compilation key).
+
+  Attributes:
+    paths: the nodes below the root, each its rank path (r_1, ..., r_d):
+      the r_j-th most likely token (0: the argmax) of head j + 1 at depth j,
+      given the path above it. Every prefix of a path is a path too; the
+      order is the nodes' order (by depth, then ranks).
+  """
+  paths: tuple[tuple[int, ...], ...]
+
+  def __post_init__(self):
+    paths = tuple(tuple(path) for path in self.paths)
+    object.__setattr__(self, 'paths', tuple(sorted(paths,
+                                                   key=lambda p: (len(p), p))))
+    if not self.paths:
+      raise ValueError('a tree needs at least one node below the root.')
+    if len(set(self.paths)) != len(self.paths):
+      raise ValueError('a tree lists a node twice.')
+    known = set(self.paths)
+    for path in self.paths:
+      if not all(isinstance(r, int) and r >= 0 for r in path) or not path:
+        raise ValueError(f'tree node {path!r}: ranks must be integers >= 0.')
+      if len(path) > 1 and path[:-1] not in known:
+        raise ValueError(f'tree node {path!r} has no parent {path[:-1]!r} '
+                         f'in the tree.')
+
+  @classmethod
+  def chain(cls, depth: int) -> 'Tree':
+    """The plain draft: every head's argmax, `depth` proposals."""
+    return cls(tuple((0,) * d for d in range(1, depth + 1)))
+
+  @classmethod
+  def from_widths(cls, widths, depth: int) -> 'Tree':
+    """Every combination of the top widths[j] tokens at depth j + 1, then
+    the argmax down to `depth` (e.g. widths (2, 2), depth 3: 2 + 4 + 4
+    nodes)."""
+    widths = tuple(widths)
+    if not widths or len(widths) > depth or not all(
+        isinstance(w, int) and w >= 1 for w in widths):
+      raise ValueError(f'tree widths {widths!r} must be 1 to {depth} '
+                       f'integers >= 1.')
+    widths += (1,) * (depth - len(widths))
+    level, paths = [()], []
+    for width in widths:
+      level = [path + (r,) for path in level for r in range(width)]
+      paths += level
+    return cls(tuple(paths))
+
+  @classmethod
+  def from_spec(cls, spec: str, depth: int) -> 'Tree':
+    """'W1,W2,...': `from_widths` (configs, flags)."""
+    try:
+      widths = tuple(int(w) for w in spec.split(','))
+    except ValueError:
+      raise ValueError(f'tree {spec!r} is not widths like "2,2,1".') from None
+    return cls.from_widths(widths, depth)
+
+  @classmethod
+  def best(cls, probabilities, size: int) -> 'Tree':
+    """The `size`-node tree (root included) of the most probable paths.
+
+    Args:
+      probabilities: [depth, t] the probability that head j + 2's rank-r
+        token is the right one when the path above it is (measured; see
+        `auto_tree`); a path's probability is the product along it.
+      size: nodes, root included, >= 2.
+
+    The nodes are taken greedily by path probability, each path after its
+    parent (a child is never more probable than its parent): the expected
+    accepted length, the sum of the nodes' path probabilities, is the
+    largest a tree of this size can have under these probabilities.
+    """
+    probabilities = np.asarray(probabilities, np.float64)
+    depth, t = probabilities.shape
+    if size < 2:
+      raise ValueError(f'a tree of {size} nodes has no proposal.')
+    paths = []
+    frontier = [(-probabilities[0, r], (r,)) for r in range(t)]
+    heapq.heapify(frontier)
+    while frontier and len(paths) < size - 1:
+      negative, path = heapq.heappop(frontier)
+      paths.append(path)
+      if len(path) < depth:
+        for r in range(t):
+          heapq.heappush(frontier, (negative * probabilities[len(path), r],
+                                    path + (r,)))
+    return cls(tuple(paths))
+
+  @property
+  def size(self) -> int:
+    """Nodes, the root included: positions a call scores per example."""
+    return len(self.paths) + 1
+
+  @property
+  def depth(self) -> int:
+    """Proposals on the longest path (the block size k is depth + 1)."""
+    return max(len(path) for path in self.paths)
+
+  @property
+  def top_t(self) -> int:
+    """Candidates read per head: 1 + the largest rank."""
+    return 1 + max(max(path) for path in self.paths)
+
+  @property
+  def leaves(self) -> tuple[tuple[int, ...], ...]:
+    """The paths that are no other path's prefix, in node order."""
+    inner = {path[:-1] for path in self.paths}
+    return tuple(path for path in self.paths if path not in inner)
+
+  @property
+  def is_chain(self) -> bool:
+    return self.paths == Tree.chain(self.depth).paths
+
+  @property
+  def spec(self) -> str:
+    """A short name for reports: 'tree:N' (N nodes)."""
+    return f'tree:{self.size}'
+
+  def expected_block(self, probabilities) -> float:
+    """Tokens per call the tree expects: 1 + the sum of its nodes' path
+    probabilities (see `best`)."""
+    probabilities = np.asarray(probabilities, np.float64)
+    return 1.0 + sum(math.prod(probabilities[j, r] for j, r in enumerate(p))
+                     for p in self.paths)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TreeBlock:
+  """The next call's tree, per example (part of the loop state).
+
+  Attributes:
+    tokens: [batch, N] node tokens; node 0 is the last accepted token.
+    parents: [batch, N] each node's parent (the root's is itself; so is an
+      unused node's parent the root).
+    depths: [batch, N] each node's depth (0: the root).
+    valid: [batch, N] bool, False for unused nodes (never accepted).
+    ancestors: [batch, N, N] bool, ancestors[b, i, j]: node j is node i or
+      one of its ancestors: what node i attends to among the tree's nodes.
+  """
+  tokens: jax.Array
+  parents: jax.Array
+  depths: jax.Array
+  valid: jax.Array
+  ancestors: jax.Array
+
+
+def from_drafts(drafts: jax.Array, lengths, size: int) -> TreeBlock:
+  """The tree of p drafts merged on their shared prefixes.
+
+  Nodes are numbered draft by draft (the first draft's whole chain first),
+  a node that repeats an earlier draft's prefix being that draft's node;
+  nodes past `size` are dropped with everything under them (later drafts
+  lose their ends first). Unused slots are invalid.
+
+  Args:
+    drafts: [batch, p, 1 + m]: every draft starts with the root token (the
+      same for all p), then up to m proposals.
+    lengths: p static ints, the proposals of each draft (<= m).
+    size: N, nodes of the tree (root included).
+
+  Returns:
+    TreeBlock of N nodes.
+  """
+  batch, p, width = drafts.shape
+  m = width - 1
+  lengths = np.asarray(lengths)
+  proposals = drafts[:, :, 1:]
+  exists = np.arange(m)[None, :] < lengths[:, None]  # [p, m], static.
+  same = proposals[:, :, None, :] == proposals[:, None, :, :]  # [b,p,p,m]
+  # prefix[b, d, e, j]: drafts d and e agree on proposals 0..j.
+  prefix = [same[..., 0]]
+  for j in range(1, m):
+    prefix.append(prefix[-1] & same[..., j])
+  prefix = jnp.stack(prefix, axis=-1)
+  earlier = np.tril(np.ones((p, p), bool), -1)  # [d, e]: e < d.
+  repeats = (prefix & earlier[None, :, :, None]
+             & exists[None, None, :, :] & exists[None, :, None, :])
+  is_new = ~repeats.any(axis=2) & exists[None]  # [b, p, m]
+  # Node ids in draft-major order, 1-based (the root is node 0).
+  flat_new = is_new.reshape(batch, p * m)
+  ids = (jnp.cumsum(flat_new, axis=1) * flat_new).reshape(batch, p, m)
+  # A repeated node is the first earlier draft's with the same prefix.
+  owner = jnp.where(repeats.any(axis=2), jnp.argmax(repeats, axis=2),
+                    jnp.arange(p)[None, :, None])  # [b, p, m]
+  node = jnp.take_along_axis(ids, owner, axis=1) if p > 1 else ids
+  node = jnp.where(exists[None], node, 0)
+  parent = jnp.concatenate([jnp.zeros((batch, p, 1), ids.dtype),
+                            node[:, :, :-1]], axis=2)
+  keep = is_new & (ids < size)
+  slot = jnp.where(keep, ids, size).reshape(batch, p * m)  # size: dropped.
+  rows = jnp.arange(batch)[:, None]
+  scatter = lambda values, fill: jnp.full((batch, size + 1), fill,
+                                          values.dtype).at[
+      rows, slot].set(values.reshape(batch, p * m))[:, :size]
+  depth = jnp.broadcast_to(jnp.arange(1, m + 1), (batch, p, m))
+  tokens = scatter(proposals, 0).at[:, 0].set(drafts[:, 0, 0])
+  parents = scatter(parent.astype(jnp.int32), 0)
+  depths = scatter(depth.astype(jnp.int32), 0)
+  valid = scatter(keep, False).at[:, 0].set(True)
+  return TreeBlock(tokens=tokens.astype(drafts.dtype), parents=parents,
+                   depths=depths, valid=valid,
+                   ancestors=ancestor_matrix(parents, int(lengths.max())))
+
+
+def ancestor_matrix(parents: jax.Array, depth: int) -> jax.Array:
+  """[batch, N, N] bool: node j is node i or one of its ancestors.
+
+  Args:
+    parents: [batch, N] each node's parent (the root's is itself).
+    depth: the tree's greatest depth (bounds the squarings).
+  """
+  n = parents.shape[1]
+  reach = jax.nn.one_hot(parents, n, dtype=jnp.int32) | jnp.eye(
+      n, dtype=jnp.int32)
+  # Paths of length 2, 4, 8, ...: log2(depth) squarings reach the root.
+  for _ in range(max(1, math.ceil(math.log2(depth + 1)))):
+    reach = jnp.minimum(jnp.einsum('bij,bjk->bik', reach, reach), 1)
+  return reach.astype(bool)
+
+
+def verify(criterion: criteria_lib.Criterion, tree: TreeBlock,
+           logits: jax.Array, scored: jax.Array, depth: int):
+  """The deepest accepted node of each example's tree, and the path to it.
+
+  Args:
+    criterion: the verification criterion.
+    tree: the tree the call scored.
+    logits: [batch, N, vocab] the scoring model's logits at every node.
+    scored: [batch, N] their argmax.
+    depth: the tree's greatest depth D (static).
+
+  Returns:
+    (best [batch] node, accepted [batch] its depth: proposals accepted,
+    path [batch, D + 1] the nodes from the root to it at depths 0..accepted,
+    node 0 past it).
+  """
+  parent_best = jnp.take_along_axis(scored, tree.parents, axis=1)
+  if isinstance(criterion, criteria_lib.Exact):
+    right = tree.tokens == parent_best  # No logits needed.
+  else:
+    parent_logits = jnp.take_along_axis(logits, tree.parents[..., None],
+                                        axis=1)
+    right = criterion.accepts(tree.tokens, parent_logits, parent_best)
+  right = (right & tree.valid).at[:, 0].set(True)
+  # Accepted: the node and every ancestor right.
+  accepted_node = jnp.all(right[:, None, :] | ~tree.ancestors, axis=-1)
+  score = jnp.where(accepted_node, tree.depths, -1)
+  best = ops.argmax(score)
+  accepted = ops.take_at(tree.depths, best)
+  on_path = ops.take_at(tree.ancestors, best)  # [batch, N]
+  at_depth = (on_path[:, None, :]
+              & (tree.depths[:, None, :] == jnp.arange(depth + 1)[:, None]))
+  path = ops.argmax(at_depth.astype(jnp.int32))  # [batch, D + 1]
+  return best, accepted, path

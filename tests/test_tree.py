@@ -1,0 +1,142 @@
+"""Token trees: their shapes, drafts merged into them, and verification.
+
+Verification of a tree is checked against verifying each of its paths
+alone as a chain (`blockwise.verify`): the tree must accept exactly the
+longest of those.
+"""
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bpd_jax.decoding import Exact, TopK, blockwise, tree as tree_lib
+from bpd_jax.decoding.tree import Tree
+
+
+def test_tree_shapes():
+  tree = Tree.from_widths((2, 2), 3)
+  assert tree.paths == ((0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1),
+                        (0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0))
+  assert (tree.size, tree.depth, tree.top_t) == (11, 3, 2)
+  assert tree.leaves == ((0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0))
+  assert Tree.chain(3).is_chain and not tree.is_chain
+  assert Tree.chain(3).paths == Tree.from_widths((1,), 3).paths
+  assert Tree.from_spec('2,2', 3) == tree
+  # The order of the given paths does not matter: trees are compared and
+  # hashed (compilation keys) by their nodes.
+  assert Tree(tuple(reversed(tree.paths))) == tree
+  assert hash(Tree(tuple(reversed(tree.paths)))) == hash(tree)
+
+
+@pytest.mark.parametrize('paths, message', [
+    ((), 'at least one node'),
+    (((0,), (0,)), 'twice'),
+    (((0, 1),), r'no parent \(0,\)'),
+    (((-1,),), 'integers >= 0'),
+])
+def test_bad_trees(paths, message):
+  with pytest.raises(ValueError, match=message):
+    Tree(paths)
+  with pytest.raises(ValueError, match='widths'):
+    Tree.from_widths((2, 0), 3)
+  with pytest.raises(ValueError, match='widths like'):
+    Tree.from_spec('2;2', 3)
+
+
+def test_best_tree_takes_the_most_probable_paths():
+  probabilities = np.array([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1]])
+  tree = Tree.best(probabilities, 5)
+  # Path probabilities: (0) .6, (1) .3, (0,0) .3, (0,1) .24, (1,0) .15 ...
+  assert set(tree.paths) == {(0,), (1,), (0, 0), (0, 1)}
+  # Every tree of 4 nodes below the root expects no more.
+  best = tree.expected_block(probabilities)
+  assert best == pytest.approx(1 + 0.6 + 0.3 + 0.3 + 0.24)
+  candidates = [(r,) for r in range(3)] + [
+      (r, s) for r in range(3) for s in range(3)]
+  for paths in itertools.combinations(candidates, 4):
+    try:
+      other = Tree(paths)
+    except ValueError:
+      continue  # Not closed under prefixes.
+    assert other.expected_block(probabilities) <= best + 1e-12
+
+
+def test_drafts_merge_on_their_shared_prefixes():
+  # Root 9; drafts [1 2 3], [1 2 4], [5 6 7], [1 8 3]: 10 distinct nodes.
+  drafts = jnp.array([[[9, 1, 2, 3], [9, 1, 2, 4], [9, 5, 6, 7],
+                       [9, 1, 8, 3]]])
+  block = tree_lib.from_drafts(drafts, (3, 3, 3, 3), 10)
+  np.testing.assert_array_equal(block.tokens[0],
+                                [9, 1, 2, 3, 4, 5, 6, 7, 8, 3])
+  np.testing.assert_array_equal(block.parents[0],
+                                [0, 0, 1, 2, 2, 0, 5, 6, 1, 8])
+  np.testing.assert_array_equal(block.depths[0],
+                                [0, 1, 2, 3, 3, 1, 2, 3, 2, 3])
+  assert block.valid[0].all()
+  # Node 7 (draft 3's last) sees the root, 5, 6 and itself.
+  np.testing.assert_array_equal(np.flatnonzero(block.ancestors[0, 7]),
+                                [0, 5, 6, 7])
+  # A budget of 6 nodes: draft 3 and the end of draft 2 are dropped.
+  small = tree_lib.from_drafts(drafts, (3, 3, 3, 3), 6)
+  np.testing.assert_array_equal(small.tokens[0], [9, 1, 2, 3, 4, 5])
+  assert small.valid[0].all()
+  # Drafts of different lengths: draft 1 stops after one proposal.
+  short = tree_lib.from_drafts(drafts[:, :2], (3, 1), 5)
+  np.testing.assert_array_equal(short.tokens[0, :4], [9, 1, 2, 3])
+  assert not short.valid[0, 4]  # Draft 1's one node is draft 0's.
+
+
+def chain_verdicts(criterion, block, logits, scored):
+  """Each valid path's accepted proposals when verified alone as a chain."""
+  verdicts = {0: 0}  # The root alone: no proposal.
+  tokens = np.asarray(block.tokens[0])
+  for node in range(1, block.tokens.shape[1]):
+    if not block.valid[0, node]:
+      continue
+    path = np.flatnonzero(block.ancestors[0, node])  # Ancestors first.
+    proposals = tokens[path[1:]][None]
+    parent_logits = logits[0, path[:-1]][None]
+    accepted = blockwise.verify(criterion, jnp.asarray(proposals),
+                                jnp.asarray(parent_logits), 0,
+                                scored[0, path[:-1]][None])
+    verdicts[node] = int(accepted[0])
+  return verdicts
+
+
+@pytest.mark.parametrize('criterion', [Exact(), TopK(2)])
+def test_tree_accepts_what_its_best_path_accepts_alone(criterion):
+  rng = np.random.default_rng(0)
+  vocab = 4
+  for trial in range(20):
+    drafts = jnp.asarray(rng.integers(0, vocab, (1, 4, 4)))
+    drafts = drafts.at[:, :, 0].set(drafts[:, :1, 0])  # One root.
+    block = tree_lib.from_drafts(drafts, (3, 3, 3, 3), 13)
+    logits = jnp.asarray(rng.normal(size=(1, 13, vocab)))
+    scored = jnp.argmax(logits, -1)
+    best, accepted, path = tree_lib.verify(criterion, block, logits, scored,
+                                           3)
+    verdicts = chain_verdicts(criterion, block, logits, scored)
+    assert int(accepted[0]) == max(verdicts.values()), trial
+    # The winner's path verified alone accepts all of it.
+    winner = np.flatnonzero(block.ancestors[0, int(best[0])])
+    np.testing.assert_array_equal(path[0, :len(winner)], winner)
+    assert verdicts[int(best[0])] == int(accepted[0])
+
+
+def test_invalid_nodes_are_never_accepted():
+  drafts = jnp.array([[[3, 1, 1], [3, 1, 2]]])
+  block = tree_lib.from_drafts(drafts, (2, 2), 5)
+  assert not block.valid[0, 4]  # 4 distinct nodes: one slot unused.
+  invalid = dataclasses.replace(block, valid=block.valid.at[0, 3].set(False))
+  # The model's argmax is 1 after the root, 2 after node 1: node 3 (token
+  # 2 under node 1) is the right one, but invalid.
+  scored = jnp.array([[1, 2, 0, 0, 0]])
+  logits = jax.nn.one_hot(scored, 4)
+  _, accepted, _ = tree_lib.verify(Exact(), block, logits, scored, 2)
+  assert int(accepted[0]) == 2
+  _, accepted, _ = tree_lib.verify(Exact(), invalid, logits, scored, 2)
+  assert int(accepted[0]) == 1
