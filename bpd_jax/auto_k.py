@@ -23,6 +23,14 @@ the data. `AutoK` puts the two together:
 The fastest k wins, but blockwise decoding must beat greedy's expected time
 by `margin` to be chosen: where the predicted gain is within the model's
 error, greedy decoding is the safe choice.
+
+Trees (`decoding.Tree`) are candidates too when tuned with `tree_sizes`:
+teacher-forced on the calibration outputs, how often each head's rank-r
+token is the right one (`predictions.rank_probabilities`) gives the most
+probable tree of each size (`Tree.best`) and what it expects to accept
+beside the argmax chain of the same depth; an example's mean block with a
+tree is its measured mean block at that depth times that ratio, and its
+cost one iteration of the loop verifying it, measured as the k's are.
 """
 
 import dataclasses
@@ -32,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from bpd_jax import decoding
+from bpd_jax import predictions
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512
@@ -50,15 +59,22 @@ class AutoK:
       save to be chosen.
     candidates: the block sizes to choose from (greedy decoding, k = 1,
       always is one); None: 1..max_k.
-    step_costs: {(batch, source_len, max_len): {k: seconds of one loop
-      iteration}}, measured.
+    step_costs: {(batch, source_len, max_len): {candidate: seconds of one
+      loop iteration}}, measured; a candidate is a k or a Tree.
+    rank_probabilities: [max_k - 1, t] how often head j + 2's rank-r token
+      is the right one where the path above it can be (see the module
+      docstring); None: no tree candidates.
+    tree_sizes: nodes of the candidate trees (each the most probable tree
+      of that size).
   """
   appended: np.ndarray
   criterion: str = 'exact'
   margin: float = 0.05
   candidates: tuple[int, ...] | None = None
   step_costs: dict = dataclasses.field(default_factory=dict)
-  # {(batch, source_len, max_len): k}: a decode call looks its choice up.
+  rank_probabilities: np.ndarray | None = None
+  tree_sizes: tuple[int, ...] = ()
+  # {(batch, source_len, max_len): k or Tree}: a decode call looks it up.
   _choices: dict = dataclasses.field(default_factory=dict, repr=False)
 
   def __post_init__(self):
@@ -75,66 +91,90 @@ class AutoK:
       if bad:
         raise ValueError(f'candidates {bad} are outside [1, {self.max_k}].')
       self.candidates = tuple(sorted({1, *self.candidates}))
+    if self.tree_sizes and self.rank_probabilities is None:
+      raise ValueError('tree candidates need rank_probabilities.')
+    if self.rank_probabilities is not None:
+      self.rank_probabilities = np.asarray(self.rank_probabilities,
+                                           np.float64)
 
   @property
   def max_k(self) -> int:
     return self.appended.shape[1] - 1
 
-  def mean_block(self, k: int) -> np.ndarray:
-    """[examples] estimated tokens per call of each example at block size k."""
+  @property
+  def trees(self) -> tuple[decoding.Tree, ...]:
+    """The candidate trees, one of each size (`Tree.best`)."""
+    return tuple(decoding.Tree.best(self.rank_probabilities, size)
+                 for size in self.tree_sizes)
+
+  def mean_block(self, candidate) -> np.ndarray:
+    """[examples] estimated tokens per call of each example with a block
+    size k, or a Tree."""
+    if isinstance(candidate, decoding.Tree):
+      chain = decoding.Tree.chain(candidate.depth)
+      gain = (candidate.expected_block(self.rank_probabilities)
+              / chain.expected_block(self.rank_probabilities))
+      return self.mean_block(candidate.depth + 1) * gain
     j = np.arange(self.max_k + 1)
-    return ((self.appended * np.minimum(j, k)).sum(axis=1)
+    return ((self.appended * np.minimum(j, candidate)).sum(axis=1)
             / self.appended.sum(axis=1))
 
-  def expected_calls(self, k: int, batch_size: int) -> float:
-    """Expected calls of a batch: its slowest example's, at block size k."""
+  def expected_calls(self, candidate, batch_size: int) -> float:
+    """Expected calls of a batch: its slowest example's, with block size
+    k or a Tree."""
     lengths = (self.appended * np.arange(self.max_k + 1)).sum(axis=1)
-    calls = lengths / self.mean_block(k)
+    calls = lengths / self.mean_block(candidate)
     draws = np.random.default_rng(0).integers(
         0, len(calls), (_DRAWS, batch_size))
     return float(calls[draws].max(axis=1).mean())
 
-  def expected_seconds(self, costs: dict[int, float],
-                       batch_size: int) -> dict[int, float]:
-    """{k: expected seconds of a batch's calls} from {k: seconds per call}."""
-    return {k: self.expected_calls(k, batch_size) * cost
-            for k, cost in costs.items()}
+  def expected_seconds(self, costs: dict, batch_size: int) -> dict:
+    """{candidate: expected seconds of a batch's calls} from {candidate:
+    seconds per call}; a candidate is a k or a Tree."""
+    return {candidate: self.expected_calls(candidate, batch_size) * cost
+            for candidate, cost in costs.items()}
 
-  def choose_from(self, costs: dict[int, float], batch_size: int) -> int:
-    """The k to decode with (1: greedy) given {k: seconds per call}."""
+  def choose_from(self, costs: dict, batch_size: int):
+    """The k (1: greedy) or Tree to decode with, given {candidate:
+    seconds per call}."""
     expected = self.expected_seconds(costs, batch_size)
     best = min(expected, key=expected.get)
     if best != 1 and expected[best] > (1 - self.margin) * expected[1]:
       return 1
     return best
 
-  def choose(self, shape: tuple[int, int, int],
-             measure: Callable[[int], float]) -> int:
-    """The k to decode with (1: greedy decoding).
+  def choose(self, shape: tuple[int, int, int], measure: Callable):
+    """The k (1: greedy decoding) or Tree to decode with.
 
     Args:
       shape: (batch_size, source_len, max_len) of the decode.
-      measure: k -> seconds of one loop iteration at this shape; called
-        for each candidate k the first time a shape is seen.
+      measure: k or Tree -> seconds of one loop iteration at this shape;
+        called for each candidate the first time a shape is seen.
     """
     if shape not in self._choices:
       if shape not in self.step_costs:
         ks = self.candidates or range(1, self.max_k + 1)
-        self.step_costs[shape] = {k: measure(k) for k in ks}
+        self.step_costs[shape] = {candidate: measure(candidate)
+                                  for candidate in (*ks, *self.trees)}
       self._choices[shape] = self.choose_from(self.step_costs[shape],
                                               shape[0])
     return self._choices[shape]
 
   def save(self, path: str) -> None:
-    """Writes the statistics and the measured costs as JSON."""
+    """Writes the statistics and the measured costs as JSON (a tree's
+    cost under 'tree:N', N its nodes)."""
+    name = lambda c: c.spec if isinstance(c, decoding.Tree) else str(c)
     costs = [dict(batch=b, source_len=s, max_len=m,
-                  seconds={str(k): v for k, v in c.items()})
-             for (b, s, m), c in self.step_costs.items()]
+                  seconds={name(c): v for c, v in cost.items()})
+             for (b, s, m), cost in self.step_costs.items()]
+    probabilities = (None if self.rank_probabilities is None
+                     else self.rank_probabilities.tolist())
     with open(path, 'w') as f:
       json.dump(dict(appended=self.appended.tolist(),
                      criterion=self.criterion, margin=self.margin,
-                     candidates=self.candidates, step_costs=costs), f,
-                indent=1)
+                     candidates=self.candidates, step_costs=costs,
+                     rank_probabilities=probabilities,
+                     tree_sizes=self.tree_sizes), f, indent=1)
 
   @classmethod
   def load(cls, path: str) -> 'AutoK':
@@ -144,18 +184,24 @@ class AutoK:
     """
     with open(path) as f:
       data = json.load(f)
-    costs = {(c['batch'], c['source_len'], c['max_len']):
-             {int(k): v for k, v in c['seconds'].items()}
-             for c in data['step_costs']}
     candidates = data['candidates']
-    return cls(np.asarray(data['appended']), data['criterion'],
-               data['margin'], candidates and tuple(candidates), costs)
+    tuning = cls(np.asarray(data['appended']), data['criterion'],
+                 data['margin'], candidates and tuple(candidates),
+                 rank_probabilities=data.get('rank_probabilities'),
+                 tree_sizes=tuple(data.get('tree_sizes', ())))
+    trees = {tree.spec: tree for tree in tuning.trees}
+    tuning.step_costs = {
+        (c['batch'], c['source_len'], c['max_len']):
+        {trees[name] if name in trees else int(name): seconds
+         for name, seconds in c['seconds'].items()}
+        for c in data['step_costs']}
+    return tuning
 
 
 def tune_k(decoder, inputs, *, max_len: int,
            criterion: decoding.Criterion = decoding.Exact(),
            batch_size: int = 8, margin: float = 0.05,
-           candidates=None) -> AutoK:
+           candidates=None, tree_sizes=(), top_t: int = 4) -> AutoK:
   """Acceptance statistics for k='auto', from a decode at the largest k.
 
   Args:
@@ -171,16 +217,43 @@ def tune_k(decoder, inputs, *, max_len: int,
       save to be chosen.
     candidates: the block sizes to choose from (greedy always is one);
       None: every k up to the model's heads.
+    tree_sizes: nodes of the trees to choose from too (e.g. (16, 32)),
+      each the most probable tree of that size over the heads' top_t;
+      exact verification of an encoder-decoder model only.
+    top_t: candidates per head the trees may take.
 
   Returns:
     AutoK; it measures this machine's step costs for each new batch shape
     it is asked about, and can be saved with `save`.
   """
   inputs = np.asarray(inputs)
-  options = decoding.DecodeOptions(
-      max_len=max_len, k=decoder.config.num_proposal_heads,
-      criterion=criterion)
-  appended = [np.asarray(decoder.decode(inputs[start:start + batch_size],
-                                        options).block_sizes)
-              for start in range(0, len(inputs), batch_size)]
-  return AutoK(np.concatenate(appended), criterion.spec, margin, candidates)
+  heads = decoder.config.num_proposal_heads
+  if tree_sizes and not isinstance(criterion, decoding.Exact):
+    raise ValueError(f'tree tuning measures exact acceptance, not '
+                     f'{criterion.spec!r}.')
+  bad = [size for size in tree_sizes if not 2 <= size <= 1 + sum(
+      top_t ** d for d in range(1, heads))]
+  if bad:
+    raise ValueError(f'tree sizes {bad}: a tree of the top {top_t} of '
+                     f'{heads - 1} heads has 2 to '
+                     f'{1 + sum(top_t ** d for d in range(1, heads))} '
+                     f'nodes.')
+  options = decoding.DecodeOptions(max_len=max_len, k=heads,
+                                   criterion=criterion)
+  results = [decoder.decode(inputs[start:start + batch_size], options)
+             for start in range(0, len(inputs), batch_size)]
+  appended = np.concatenate([np.asarray(r.block_sizes) for r in results])
+  probabilities = None
+  if tree_sizes:
+    # Exact decoding's outputs are greedy's: the heads' ranks of the right
+    # tokens, teacher-forced on them.
+    outputs = np.concatenate([np.asarray(r.tokens) for r in results])
+    lengths = np.concatenate([np.asarray(r.lengths) for r in results])
+    top = np.concatenate([np.asarray(predictions.head_predictions(
+        decoder.model, inputs[start:start + batch_size],
+        outputs[start:start + batch_size], heads=heads, top_t=top_t)[0])
+                          for start in range(0, len(inputs), batch_size)])
+    probabilities = predictions.rank_probabilities(top, outputs, lengths)
+  return AutoK(appended, criterion.spec, margin, candidates,
+               rank_probabilities=probabilities,
+               tree_sizes=tuple(tree_sizes))

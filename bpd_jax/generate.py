@@ -177,8 +177,9 @@ class Decoder:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
       k: block size, 1 <= k <= the model's num_proposal_heads; or 'auto':
-        the k `tuning` expects to be fastest at this batch size on this
-        machine, greedy decoding where no k pays (see `auto_k.tune_k`).
+        the k (or, tuned with tree sizes, the tree) `tuning` expects to be
+        fastest at this batch size on this machine, greedy decoding where
+        none pays (see `auto_k.tune_k`).
       max_len: most tokens to generate per example.
       criterion: Exact() (output identical to greedy), TopK(t) or
         Distance(eps).
@@ -206,7 +207,9 @@ class Decoder:
         raise ValueError("k='auto' does not take a sampler: its tuning "
                          "measures argmax acceptance.")
       k = self._auto_k(inputs, max_len, criterion, min_block, tuning)
-      if k == 1:
+      if isinstance(k, decoding.Tree):
+        k, tree = k.depth + 1, k
+      elif k == 1:
         return self.greedy(inputs, max_len=max_len)
     if not isinstance(k, int) or k < 1:  # k = 0 would mean greedy decoding.
       raise ValueError(f'k={k!r} must be an integer in [1, '
@@ -217,8 +220,9 @@ class Decoder:
         refinement=refinement, sampler=sampler, tree=tree),
                        rescorer=rescorer, key=key)
 
-  def _auto_k(self, inputs, max_len, criterion, min_block, tuning) -> int:
-    """The k that `tuning` picks for this input (1: greedy decoding)."""
+  def _auto_k(self, inputs, max_len, criterion, min_block, tuning):
+    """The k (1: greedy decoding) or Tree that `tuning` picks for this
+    input."""
     if not isinstance(tuning, auto_k.AutoK):
       raise ValueError("k='auto' needs tuning=auto_k.tune_k(decoder, "
                        "calibration_inputs, max_len=...).")
@@ -233,8 +237,12 @@ class Decoder:
       raise ValueError(f'inputs must be [batch, length]; got shape {shape}.')
 
     def measure(k):  # k = 1 stands for greedy decoding.
-      options = decoding.DecodeOptions(max_len=max_len,
-                                       k=0 if k == 1 else k)
+      if isinstance(k, decoding.Tree):
+        options = decoding.DecodeOptions(max_len=max_len, k=k.depth + 1,
+                                         tree=k)
+      else:
+        options = decoding.DecodeOptions(max_len=max_len,
+                                         k=0 if k == 1 else k)
       return timing.loop_iteration_seconds(self, options, *shape[:2])
     return tuning.choose((shape[0], shape[1], max_len), measure)
 

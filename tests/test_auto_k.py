@@ -137,3 +137,77 @@ def test_auto_needs_a_matching_tuning(kwargs, message):
   model, inputs = model_and_inputs()
   with pytest.raises(ValueError, match=message):
     generate.blockwise(model, inputs, k='auto', max_len=8, **kwargs)
+
+
+# --- Trees as candidates.
+
+# Head 2's right token is its argmax half the time and its runner-up 40%;
+# head 3's 50% / 30%; ranks 0 and 1 of each head (t = 2).
+RANKS = np.array([[0.5, 0.4], [0.5, 0.3]])
+
+
+def test_a_trees_blocks_are_its_depths_scaled_by_its_expected_gain():
+  tuning = auto_k.AutoK(np.array([[0, 0, 2, 0, 0], [0, 4, 0, 0, 0]]),
+                        rank_probabilities=RANKS, tree_sizes=(4,))
+  (tree,) = tuning.trees
+  # The most probable 3 nodes: (0) .5, (1) .4, (0, 0) .25.
+  assert set(tree.paths) == {(0,), (1,), (0, 0)}
+  chain = decoding.Tree.chain(2)
+  gain = (1 + 0.5 + 0.4 + 0.25) / (1 + 0.5 + 0.25)
+  assert tree.expected_block(RANKS) / chain.expected_block(RANKS) == \
+      pytest.approx(gain)
+  np.testing.assert_allclose(tuning.mean_block(tree),
+                             tuning.mean_block(3) * gain)
+  # Cheap enough, the tree wins over every k; dear, it does not (the
+  # blocks of 2 tokens make k=2 the best chain).
+  costs = {1: 1.0, 2: 1.2, 3: 1.3}
+  assert tuning.choose_from({**costs, tree: 1.35}, 1) == tree
+  assert tuning.choose_from({**costs, tree: 3.0}, 1) == 2
+
+
+def test_save_and_load_keep_the_trees_and_their_costs(tmp_path):
+  tuning = auto_k.AutoK(APPENDED, rank_probabilities=np.ones((3, 2)) / 3,
+                        tree_sizes=(5, 7))
+  tuning.step_costs[(1, 6, 8)] = {1: 0.5, 4: 0.7, tuning.trees[1]: 0.9}
+  tuning.save(tmp_path / 'auto_k.json')
+  loaded = auto_k.AutoK.load(tmp_path / 'auto_k.json')
+  assert loaded.trees == tuning.trees
+  assert loaded.step_costs == tuning.step_costs
+
+
+def test_rank_probabilities_count_where_the_path_above_can_be_right():
+  from bpd_jax import predictions  # pylint: disable=g-import-not-at-top
+  # One output [5 6 7 1]; heads 1..3 with top-2 tokens per position.
+  outputs = np.array([[5, 6, 7, 1]])
+  top = np.zeros((1, 4, 3, 2), int)
+  top[0, :, 0] = [[5, 9], [6, 9], [7, 9], [1, 9]]  # Head 1: the outputs.
+  top[0, 0, 1:] = [[9, 6], [7, 9]]   # Position 0: head 2 rank 1, head 3 rank 0.
+  top[0, 1, 1:] = [[7, 9], [9, 9]]   # Position 1: head 2 rank 0, head 3 miss.
+  top[0, 2, 1:] = [[9, 9], [9, 9]]   # Position 2: head 2 miss.
+  probabilities = predictions.rank_probabilities(top, outputs,
+                                                 np.array([4]))
+  # Head 2 at positions 0..2 (position 3 has no token 4): ranks 1, 0, miss.
+  np.testing.assert_allclose(probabilities[0], [1 / 3, 1 / 3])
+  # Head 3 where head 2 held its token: positions 0 (rank 0) and 1 (miss).
+  np.testing.assert_allclose(probabilities[1], [1 / 2, 0])
+
+
+def test_tune_k_with_trees_and_auto_decoding_with_the_chosen_tree():
+  model, inputs = model_and_inputs()
+  decoder = generate.Decoder(model)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3,
+                         tree_sizes=(5,), top_t=2)
+  assert tuning.rank_probabilities.shape == (2, 2)
+  (tree,) = tuning.trees
+  assert tree.size == 5
+  # Costs that favour the tree: auto decodes with it, exactly.
+  tuning.step_costs = {(4, 6, 12): {1: 9.0, 2: 9.0, 3: 9.0, tree: 1.0}}
+  result = decoder.blockwise(inputs, k='auto', max_len=12, tuning=tuning)
+  np.testing.assert_array_equal(result.tokens,
+                                decoder.greedy(inputs, max_len=12).tokens)
+  assert result.block_sizes.shape[1] == tree.depth + 2
+  with pytest.raises(ValueError, match='tree tuning measures exact'):
+    auto_k.tune_k(decoder, inputs, max_len=12, tree_sizes=(5,),
+                  criterion=decoding.TopK(2))
+  with pytest.raises(ValueError, match='tree sizes \\[1\\]'):
+    auto_k.tune_k(decoder, inputs, max_len=12, tree_sizes=(1,))

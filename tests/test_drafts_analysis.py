@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax import generate
+from bpd_jax import predictions
 from bpd_jax.drafts import analysis
 from bpd_jax.models import Transformer, TransformerConfig
 
@@ -40,8 +41,8 @@ def test_simulated_blocks_equal_decoded_and_oracle_bounds(head_layer):
     max_len = 30
     greedy = generate.greedy(model, sources, max_len=max_len)
     outputs, lengths = np.asarray(greedy.tokens), np.asarray(greedy.lengths)
-    top, conf = analysis.head_predictions(model, sources, outputs, heads=4,
-                                          top_t=VOCAB)
+    top, conf = predictions.head_predictions(model, sources, outputs,
+                                             heads=4, top_t=VOCAB)
     top, conf = np.asarray(top), np.asarray(conf)
     for k in (2, 4):
       decoded = generate.blockwise(model, sources, k=k, max_len=max_len)

@@ -34,6 +34,7 @@ import tabulate
 
 from bpd_jax import generate
 from bpd_jax import jobs
+from bpd_jax import predictions
 from bpd_jax import tasks
 from bpd_jax.drafts import analysis
 from bpd_jax.drafts import checks
@@ -140,7 +141,7 @@ def main(argv):
   heads = max(d.ks)
   top, conf = [], []
   for start in range(0, len(padded), 16):
-    t, c = analysis.head_predictions(
+    t, c = predictions.head_predictions(
         model, padded[start:start + 16], outputs[start:start + 16],
         heads=heads, top_t=max(d.top_ts))
     top.append(np.asarray(t))

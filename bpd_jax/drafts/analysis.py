@@ -19,53 +19,9 @@ is then simulated from the same arrays with the decoder's acceptance rule
   among a head's top t): the headroom of draft refinement.
 """
 
-import functools
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import losses
-from bpd_jax.models.transformer import Transformer
-
-
-def head_predictions(model: Transformer, sources: np.ndarray,
-                     outputs: np.ndarray, *, heads: int,
-                     top_t: int) -> tuple[np.ndarray, np.ndarray]:
-  """Every head's top-t tokens and confidence at every output position.
-
-  Args:
-    model: an encoder-decoder Transformer with >= `heads` proposal heads.
-    sources: [batch, source_length] right-padded sources.
-    outputs: [batch, length] the model's greedy outputs (pad after eos).
-    heads: K, heads read (1 = the scoring model).
-    top_t: tokens kept per head.
-
-  Returns:
-    (top [batch, length, K, t] token ids, best first; confidence
-    [batch, length, K] max softmax probability).
-  """
-  if not model.config.is_encoder_decoder:
-    raise ValueError('draft analysis reads an encoder-decoder model.')
-  return _predict(model, jnp.asarray(sources), jnp.asarray(outputs),
-                  heads, top_t)
-
-
-@functools.partial(jax.jit, static_argnames=('heads', 'top_t'))
-def _predict(model, sources, outputs, heads, top_t):
-  config = model.config
-  decoder_input = jnp.concatenate(
-      [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
-       outputs[:, :-1]], axis=1)
-  hidden = model(sources, decoder_input)
-  # Heads that read earlier proposals are fed the greedy tokens: the drafts
-  # a decoder sees up to a draft's first miss, all that acceptance reads.
-  next_tokens = losses.shifted_targets(outputs, 0, max(heads - 1, 1),
-                                       config.pad_id)
-  logits = model.head_logits(hidden, 0, heads, next_tokens)
-  probs = jax.nn.softmax(logits)
-  confidence, top = jax.lax.top_k(probs, top_t)
-  return top, confidence[..., 0]
+from bpd_jax.predictions import targets
 
 
 def simulate_blocks(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
@@ -86,14 +42,9 @@ def simulate_blocks(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
   """
   # hit[b, i, h]: head h + 1 at position i has output token i + h in its
   # top t (False past the end).
-  batch, length, heads, _ = top.shape
-  position = np.arange(length)[:, None] + np.arange(heads)[None, :]
-  target = np.take_along_axis(
-      np.pad(outputs, ((0, 0), (0, heads))),
-      position.reshape(1, -1).repeat(batch, 0), axis=1).reshape(
-          batch, length, heads)
-  hit = (top[..., :t] == target[..., None]).any(-1)
-  hit &= position[None] < lengths[:, None, None]
+  batch = top.shape[0]
+  target, valid = targets(outputs, lengths, top.shape[2])
+  hit = (top[..., :t] == target[..., None]).any(-1) & valid
   tokens = calls = 0
   for b in range(batch):
     n, c = 1, 1  # The first call: one token.
@@ -134,13 +85,8 @@ def repetition(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
 def confidence(top: np.ndarray, conf: np.ndarray, outputs: np.ndarray,
                lengths: np.ndarray) -> dict:
   """Per head: mean max probability and accuracy against the greedy token."""
-  batch, length, heads, _ = top.shape
-  position = np.arange(length)[:, None] + np.arange(heads)[None, :]
-  target = np.take_along_axis(
-      np.pad(outputs, ((0, 0), (0, heads))),
-      position.reshape(1, -1).repeat(batch, 0), axis=1).reshape(
-          batch, length, heads)
-  valid = position[None] < lengths[:, None, None]  # The token exists.
+  heads = top.shape[2]
+  target, valid = targets(outputs, lengths, heads)  # valid: the token exists.
   right = top[..., 0] == target
   return dict(
       mean_max_prob=[_ratio(conf[..., h][valid[..., h]].sum(),
