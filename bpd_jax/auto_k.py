@@ -160,6 +160,12 @@ class AutoK:
                                               shape[0])
     return self._choices[shape]
 
+  def chosen(self, shape: tuple[int, int, int]):
+    """What `choose` decided for this shape (k, 1 for greedy, or a Tree)."""
+    if shape not in self._choices:
+      raise ValueError(f'no choice made yet for the shape {shape}.')
+    return self._choices[shape]
+
   def save(self, path: str) -> None:
     """Writes the statistics and the measured costs as JSON (a tree's
     cost under 'tree:N', N its nodes)."""

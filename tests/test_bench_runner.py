@@ -131,3 +131,29 @@ def test_exact_rows_equal_greedy_and_nothing_recompiles(rows):
 def test_first_setting_must_be_greedy():
   with pytest.raises(ValueError, match='must be greedy'):
     runner.run(None, {}, runner.sweep([2])[1:], max_len=4)
+
+
+def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
+  del rows  # Compiled greedy and k=3 at batch 4 (the programs are shared).
+  assert [s.name for s in runner.sweep([2, 3], trees=['2'], auto=False)] == [
+      'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
+  model = tiny_model()
+  decoder = generate.Decoder(model)
+  sources = [[5, 6, 7, 1], [3, 4, 1], [8, 1]]
+  batches = {4: list(batching.eval_batches(sources, 4, 8))}
+  tuning = auto_k.tune_k(decoder, batching.pad_rows(sources, 8), max_len=10,
+                         candidates=(3,), tree_sizes=(4,), top_t=2)
+  (tree,) = tuning.trees
+  # Costs that make auto take the tree at this shape.
+  tuning.step_costs[(4, 8, 10)] = {1: 9.0, 3: 9.0, tree: 1.0}
+  settings = runner.sweep([3], trees=['2'])
+  rows = runner.run(decoder, batches, settings, max_len=10, repeats=1,
+                    tuning=tuning, progress=lambda line: None)
+  assert [(row['decoder'], row['k'], row['tree']) for row in rows] == [
+      ('greedy', 1, None), ('blockwise', 3, None),
+      ('blockwise', 3, 'tree:5'), ('auto', 3, 'tree:4')]
+  for row in rows[2:]:
+    assert row['identical_to_greedy'] == 1.0 and row['recompiles'] == 0
+    # A tree's call scores its nodes: no k-position bound.
+    assert row['step_cost_k_ms'] is None and row['efficiency'] is None
+    assert row['iteration_ms'] > 0 and row['memory_vs_greedy'] > 1.0

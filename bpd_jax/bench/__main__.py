@@ -6,9 +6,10 @@ Restores the latest checkpoint in WORKDIR (or, with --init=random, a
 randomly initialised model of the config's architecture), takes the first
 --examples sentences of the config's eval split, and for each batch size
 times greedy decoding, blockwise decoding over the sweep of k x criteria x
-minimum block sizes, and k='auto' (tuned on training sources, not on the
-timed ones), and with --sampler (or the config's eval.samplers) ancestral
-and blockwise sampling, interleaved, --repeats rounds, medians. Writes
+minimum block sizes, trees of the heads' candidates (--tree), and k='auto'
+(tuned on training sources, not on the timed ones; with --tree_sizes it
+may choose a tree), and with --sampler (or the config's eval.samplers)
+ancestral and blockwise sampling, interleaved, --repeats rounds, medians. Writes
 OUTPUT_DIR/bench.json (one row per setting, every column), bench.md (the
 table) and bench.png (speedup and mean accepted block against k); see
 docs/benchmarks.md for the columns and the measured figures.
@@ -49,6 +50,13 @@ _SAMPLERS = flags.DEFINE_multi_string(
     'sampler', None, "A sampler, e.g. 'temperature=0.7,top_p=0.9' "
     '(repeatable): ancestral and blockwise sampling rows, timed against '
     "that ancestral sampling (default: the config's eval.samplers).")
+_TREES = flags.DEFINE_multi_string(
+    'tree', None, "A tree of the heads' candidates, as widths per depth, "
+    "e.g. '2,2' (repeatable): a row at every k deeper than it, exact "
+    'verification.')
+_TREE_SIZES = flags.DEFINE_list(
+    'tree_sizes', [], "Nodes of the trees k='auto' may choose too, each the "
+    "most probable of that size (e.g. 16,32; exact verification).")
 _EXAMPLES = flags.DEFINE_integer('examples', 256,
                                  'Eval sentences decoded per setting.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.')
@@ -98,15 +106,21 @@ def _options(config) -> dict:
                             else min(calibration_examples, 16))
   if examples < 1 or repeats < 1:
     raise app.UsageError('--examples and --repeats must be >= 1.')
+  tree_sizes = _ints('tree_sizes', _TREE_SIZES.value, low=2) \
+      if _TREE_SIZES.value else []
+  if tree_sizes and not calibration_examples:
+    raise app.UsageError('--tree_sizes are the auto setting\'s: they need '
+                         '--calibration_examples > 0.')
   settings = runner.sweep(ks, criteria, min_blocks,
-                          auto=calibration_examples > 0, samplers=samplers)
+                          auto=calibration_examples > 0, samplers=samplers,
+                          trees=list(_TREES.value or ()))
   for spec in settings:  # Samplers and criteria checked together.
     if spec.kind != 'auto':
       spec.options(config.eval.max_len).check(
           heads, 2**31, heads_lib.dependent(config.model.head_layer))
   return dict(ks=ks, batch_sizes=batch_sizes, examples=examples,
               repeats=repeats, calibration_examples=calibration_examples,
-              settings=settings)
+              settings=settings, tree_sizes=tree_sizes)
 
 
 def main(argv):
@@ -134,7 +148,7 @@ def main(argv):
           flush=True)
     tuning = auto_k.tune_k(
         decoder, batching.pad_rows(calibration, max_source_len),
-        max_len=max_len, candidates=ks)
+        max_len=max_len, candidates=ks, tree_sizes=options['tree_sizes'])
 
   def bleu(tokens):
     return text.bleu([task.vocab.decode(row) for row in tokens], references,

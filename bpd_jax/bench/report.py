@@ -12,7 +12,8 @@ from bpd_jax.bench import runner
 
 # Columns of the Markdown table (bench.json keeps them all).
 TABLE_COLUMNS = (
-    'batch_size', 'decoder', 'k', 'criterion', 'min_block', 'sampler',
+    'batch_size', 'decoder', 'k', 'tree', 'criterion', 'min_block',
+    'sampler',
     'wall_s',
     'tokens_per_s', 'speedup', 'mean_accepted_block', 'step_cost_1_ms',
     'step_cost_k_ms', 'iteration_ms', 'fixed_ms', 'efficiency',
@@ -31,15 +32,16 @@ def markdown(rows: list[dict]) -> str:
 def plot(rows: list[dict], path: str) -> None:
   """Speedup and mean accepted block against k, a line per batch size.
 
-  Exact verification without a minimum block nor sampling; k = 1 is greedy
-  decoding, and the auto setting is a marker at the k it chose.
+  Exact verification of one draft, without a minimum block nor sampling;
+  k = 1 is greedy decoding, and the auto setting is a marker at the k it
+  chose (at the tree's depth + 1 where it chose a tree).
   """
   figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
   for batch_size in sorted({row['batch_size'] for row in rows}):
     mine = [row for row in rows if row['batch_size'] == batch_size]
     line = sorted((row for row in mine if row['decoder'] != 'auto'
                    and row['criterion'] == 'exact' and row['min_block'] == 1
-                   and row['sampler'] is None),
+                   and row['sampler'] is None and row['tree'] is None),
                   key=lambda row: row['k'])
     ks = [row['k'] for row in line]
     drawn = left.plot(ks, [row['speedup'] for row in line], marker='o',

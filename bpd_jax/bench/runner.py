@@ -43,7 +43,8 @@ from bpd_jax.evaluation import DecoderSpec
 from bpd_jax.evaluation.spec import SAMPLING_CRITERIA
 
 COLUMNS = (
-    'decoder', 'k', 'criterion', 'min_block', 'sampler', 'batch_size',
+    'decoder', 'k', 'tree', 'criterion', 'min_block', 'sampler',
+    'batch_size',
     'head_layer', 'head_params',
     'compile_s',
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
@@ -61,24 +62,29 @@ def head_parameters(model) -> int:
 
 
 def setting(k: int | str = 0, criterion: str = 'exact',
-            min_block: int = 1, sampler: str = '') -> DecoderSpec:
+            min_block: int = 1, sampler: str = '',
+            tree: str = '') -> DecoderSpec:
   """A decoder of the sweep, named as the bench names it: 'greedy',
-  'auto', 'k=4 top-k:2 l=2', 'ancestral temperature=0.7',
+  'auto', 'k=4 top-k:2 l=2', 'k=4 tree=2,2', 'ancestral temperature=0.7',
   'k=4 temperature=0.7'."""
   if k in (0, 'auto'):
     name = 'auto' if k else ('ancestral' if sampler else 'greedy')
   else:
     name = f'k={k}' + ('' if criterion == 'exact' else f' {criterion}') + (
-        f' l={min_block}' if min_block > 1 else '')
+        f' l={min_block}' if min_block > 1 else '') + (
+            f' tree={tree}' if tree else '')
   name += f' {sampler}' if sampler else ''
-  return DecoderSpec(k, criterion, min_block, name=name, sampler=sampler)
+  return DecoderSpec(k, criterion, min_block, name=name, sampler=sampler,
+                     tree=tree)
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           min_blocks: Sequence[int] = (1,), auto: bool = True,
-          samplers: Sequence[str] = ()) -> list[DecoderSpec]:
-  """Greedy first (the reference), every blockwise combination, then auto;
-  then per sampler its ancestral sampling (that sampler's reference) and
+          samplers: Sequence[str] = (),
+          trees: Sequence[str] = ()) -> list[DecoderSpec]:
+  """Greedy first (the reference), every blockwise combination, the trees
+  (widths specs) at every k > 1 with exact verification, then auto; then
+  per sampler its ancestral sampling (that sampler's reference) and
   blockwise sampling at every k with each criterion sampling takes."""
   for spec in criteria:
     decoding.from_spec(spec)  # A bad spec fails here, before any work.
@@ -88,6 +94,10 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   settings += [setting(k, criterion, min_block)
                for criterion in criteria for min_block in min_blocks
                for k in ks if min_block <= k]
+  for tree in trees:
+    depth = len(tree.split(','))
+    decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
+    settings += [setting(k, tree=tree) for k in ks if k > depth]
   settings += [setting('auto')] if auto else []
   for sampler in samplers:
     settings.append(setting(sampler=sampler))
@@ -149,38 +159,40 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
       decoder, batch_list, settings, max_len=max_len, repeats=repeats,
       tuning=tuning, progress=lambda line: progress(
           f'batch {batch_size}: {line}'))
-  loop = {k: timing.loop_iteration_seconds(  # k = 1: greedy's loop.
-      decoder, decoding.DecodeOptions(max_len=max_len, k=k if k > 1 else 0),
-      batch_size, source_len) for k in ks}
-  # A sampling loop's own cost (warping, draws); one program serves every
-  # sampler at a k.
-  sampled_loop = {s.k: timing.loop_iteration_seconds(
-      decoder, s.options(max_len), batch_size, source_len)
-      for s in settings if s.sampling}
-  memory = [_memory(decoder, run, batch_list[0][0], max_len)
-            for run in measured]
+  # What each setting decoded with (auto: what it chose for this shape).
+  decoded = [_decoded(run.spec, tuning, (batch_size, source_len, max_len),
+                      max_len) for run in measured]
+  # One iteration of each decode's loop (a sampling loop's own warping and
+  # draws included), and its program's peak memory.
+  loop = {options: timing.loop_iteration_seconds(
+      decoder, options, batch_size, source_len) for options in set(decoded)}
+  peaks = {options: memory.peak_bytes(decoder, batch_list[0][0], options)
+           for options in set(decoded)}
 
   inputs = np.concatenate([inputs[:real] for inputs, real in batch_list])
   reference = measured[0].outputs.tokens
   walls = {run.spec: run.wall_s for run in measured}
   rows = []
-  for run, peak in zip(measured, memory):
+  for run, options in zip(measured, decoded):
     setting, out, wall = run.spec, run.outputs, run.wall_s
     k = out.k  # Greedy, and auto where it chose greedy: 1.
+    tree = options.tree.spec if options.tree is not None else None
     if setting.sampling:  # Drawn tokens: no greedy output to match.
       differ = ties = identical = None
-      iteration_s = sampled_loop[setting.k]
     else:
       differ, ties = near_ties.count_differences(model, inputs, reference,
                                                  out.tokens)
       identical = round(1 - differ / len(out.tokens), 4)
-      iteration_s = loop[k]
+    iteration_s = loop[options]
     block = out.mean_block
     # Over greedy; a sampling setting over ancestral sampling, same sampler.
     speedup = walls[setting.reference(settings)] / wall
-    bound = block * costs[1] / costs[k] if costs[k] else float('nan')
+    # A tree's call scores its nodes: T(k) of a k-position call does not
+    # bound it (its iteration_ms is its cost).
+    cost_k = None if tree else costs[k]
+    bound = block * costs[1] / cost_k if cost_k else float('nan')
     rows.append(dict(
-        decoder=_kind(setting), k=k, criterion=setting.criterion,
+        decoder=_kind(setting), k=k, tree=tree, criterion=setting.criterion,
         min_block=setting.min_block, sampler=setting.sampler or None,
         batch_size=batch_size, head_layer=model.config.head_layer,
         head_params=head_parameters(model),
@@ -193,20 +205,41 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
         differences=differ, near_tie_differences=ties,
         quality=None if quality is None else round(quality(out.tokens), 2),
         step_cost_1_ms=_significant(costs[1] * 1e3),
-        step_cost_k_ms=_significant(costs[k] * 1e3),
+        step_cost_k_ms=None if cost_k is None else _significant(
+            cost_k * 1e3),
         iteration_ms=_significant(iteration_s * 1e3),
         fixed_ms=_significant(
             (wall - (out.iterations - len(batch_list)) * iteration_s)
             / len(batch_list) * 1e3),
         speedup=round(speedup, 3),
-        efficiency=round(float(speedup / bound), 3),
-        peak_memory_mb=_significant(peak / 2**20),
-        memory_vs_greedy=round(peak / memory[0], 3),
+        efficiency=None if cost_k is None else round(float(speedup / bound),
+                                                     3),
+        peak_memory_mb=_significant(peaks[options] / 2**20),
+        memory_vs_greedy=round(peaks[options] / peaks[decoded[0]], 3),
         recompiles=run.recompiles))
+    efficiency = rows[-1]['efficiency']
     progress(f'batch {batch_size}: {setting.name:<20} {wall:8.3f} s  '
-             f'speedup {speedup:5.2f}  block {block:5.2f}  '
-             f'efficiency {rows[-1]["efficiency"]:5.2f}')
+             f'speedup {speedup:5.2f}  block {block:5.2f}  efficiency '
+             f'{"-" if efficiency is None else f"{efficiency:5.2f}"}')
   return rows
+
+
+def _decoded(setting: DecoderSpec, tuning, shape,
+             max_len: int) -> decoding.DecodeOptions:
+  """The options a setting decoded with; for auto, what it chose for this
+  shape (a k, greedy, or a tree)."""
+  if setting.kind != 'auto':
+    return setting.options(max_len)
+  choice = tuning.chosen(shape)
+  criterion = decoding.from_spec(setting.criterion)
+  if isinstance(choice, decoding.Tree):
+    return decoding.DecodeOptions(max_len=max_len, k=choice.depth + 1,
+                                  criterion=criterion, tree=choice)
+  if choice == 1:
+    return decoding.DecodeOptions(max_len=max_len)
+  return decoding.DecodeOptions(max_len=max_len, k=choice,
+                                criterion=criterion,
+                                min_block=setting.min_block)
 
 
 def _kind(setting: DecoderSpec) -> str:
@@ -216,16 +249,3 @@ def _kind(setting: DecoderSpec) -> str:
 
 def _significant(value: float, digits: int = 4) -> float:
   return float(f'{value:.{digits}g}')
-
-
-def _memory(decoder, run: evaluation.Measurement, inputs, max_len) -> int:
-  """Peak memory of the program the setting decoded with (at its k)."""
-  if run.spec.sampling:
-    options = run.spec.options(max_len)
-  elif run.outputs.k == 1 and run.spec.kind != 'blockwise':
-    options = decoding.DecodeOptions(max_len=max_len)
-  else:
-    options = decoding.DecodeOptions.from_specs(
-        max_len=max_len, k=run.outputs.k, criterion=run.spec.criterion,
-        min_block=run.spec.min_block)
-  return memory.peak_bytes(decoder, inputs, options)

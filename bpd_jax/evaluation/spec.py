@@ -29,6 +29,8 @@ class DecoderSpec:
       reports' names; the bench and the drafts comparison give their own).
     sampler: '' (argmax), or a `decoding.Sampler.from_spec` spec: ancestral
       sampling for k = 0, blockwise sampling otherwise.
+    tree: '' (one draft a call), or the widths of a tree of the heads'
+      candidates of depth k - 1 (`decoding.Tree.from_spec`, e.g. '2,2').
   """
   k: int | str = 0
   criterion: str = 'exact'
@@ -37,6 +39,7 @@ class DecoderSpec:
   refinement_spec: str = ''
   name: str = ''
   sampler: str = ''
+  tree: str = ''
 
   def __post_init__(self):
     if not self.name:
@@ -49,6 +52,7 @@ class DecoderSpec:
     extra = '' if self.criterion == 'exact' else f' {self.criterion}'
     extra += f' l={self.min_block}' if self.min_block > 1 else ''
     extra += f' {self.refinement_spec}' if self.refinement_spec else ''
+    extra += f' tree={self.tree}' if self.tree else ''
     return f'blockwise k={self.k}{extra}{sampled}'
 
   @property
@@ -68,7 +72,9 @@ class DecoderSpec:
         criterion=decoding.from_spec(self.criterion),
         min_block=self.min_block, refinement=self.refinement,
         sampler=(decoding.Sampler.from_spec(self.sampler) if self.sampler
-                 else None))
+                 else None),
+        tree=decoding.Tree.from_spec(self.tree, self.k - 1) if self.tree
+        else None)
 
   @property
   def sampling(self) -> bool:
