@@ -419,7 +419,7 @@ def _decode_body(model: Transformer, weights, inputs,
     source, prompt = None, inputs
   prompt_lengths = (prompt != config.pad_id).sum(axis=1).astype(jnp.int32)
   k = options.block
-  cache = model.init_cache(batch, options.required_positions(prompt.shape[1]),
+  cache = model.init_cache(batch, options.cache_positions(prompt.shape[1]),
                            source)
   proposals = dict(proposal_logits=functools.partial(
       model.proposal_logits, k=k, weights=weights))

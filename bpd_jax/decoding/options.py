@@ -113,7 +113,15 @@ class DecodeOptions:
     return self.block
 
   def required_positions(self, prompt_length: int) -> int:
-    """Decoder positions a decode after a prompt of this length needs."""
+    """Decoder positions a decode after a prompt of this length reaches
+    (what the model's positions must cover)."""
+    return prompt_lib.required_positions(prompt_length, self.max_len,
+                                         self.block)
+
+  def cache_positions(self, prompt_length: int) -> int:
+    """Entries the cache holds per example: the positions, and a tree's
+    nodes beyond its depth (node i of a call is written at the root's
+    position + i)."""
     return prompt_lib.required_positions(prompt_length, self.max_len,
                                          self.scored)
 
