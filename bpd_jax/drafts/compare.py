@@ -6,7 +6,7 @@ machine's drifts), and the median round is kept (the evaluation harness,
 `evaluation.run`). Block efficiency (tokens
 per model call) says how much a refinement saves in calls; wall_s and the
 speedups say whether the saving survives the refinement's own cost (the
-lattice search, the rescorer, and p drafts per call folded into the batch).
+lattice search, the rescorer, and the p drafts' tree scored in each call).
 """
 
 from typing import Callable, Sequence
