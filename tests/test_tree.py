@@ -140,3 +140,28 @@ def test_invalid_nodes_are_never_accepted():
   assert int(accepted[0]) == 2
   _, accepted, _ = tree_lib.verify(Exact(), invalid, logits, scored, 2)
   assert int(accepted[0]) == 1
+
+
+def test_a_static_trees_layout_is_its_leaves_merged():
+  """Tree.layout's constant topology is what merging its leaves' drafts
+  gives when each rank holds its own token."""
+  tree = Tree((( 0,), (1,), (2,), (0, 0), (0, 1), (2, 0), (0, 1, 0)))
+  token = lambda path: 10 * len(path) + path[-1]  # Distinct per depth, rank.
+  nodes = jnp.array([[token(p) for p in tree.paths]])
+  block = tree.layout(1, jnp.concatenate([jnp.array([[7]]), nodes], axis=1))
+  drafts = jnp.array([[[7] + [token(leaf[:d + 1]) for d in range(len(leaf))]
+                       + [0] * (tree.depth - len(leaf))
+                       for leaf in tree.leaves]])
+  merged = tree_lib.from_drafts(drafts, [len(l) for l in tree.leaves],
+                                tree.size)
+  # The same nodes (numbered in another order): each node's tokens from
+  # the root down, by its ancestors, and its depth.
+  def paths(b):
+    tokens = np.asarray(b.tokens[0])
+    return sorted((tuple(tokens[np.flatnonzero(b.ancestors[0, i])]),
+                   int(b.depths[0, i])) for i in range(tree.size)
+                  if b.valid[0, i])
+  assert paths(block) == paths(merged)
+  assert len(paths(block)) == tree.size
+  # Parents come before their children, as the decoder needs.
+  assert (np.asarray(block.parents[0, 1:]) < np.arange(1, tree.size)).all()

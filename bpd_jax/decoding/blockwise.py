@@ -228,15 +228,16 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
   """
   del tokens, lengths
   token = ops.take_at(next_tokens, last)
-  leaves = tree.leaves
   if fns.draft is None:
     logits = fns.proposal_logits(ops.take_at(features, last))
     _, top = jax.lax.top_k(logits, tree.top_t)  # [batch, k - 1, t]
-    depth = np.array([[j for j in range(k - 1)] for _ in leaves])
-    rank = np.array([list(leaf) + [0] * (k - 1 - len(leaf))
-                     for leaf in leaves])
-    proposals = top[:, depth, rank]  # [batch, leaves, k - 1]
+    depth = np.array([len(path) - 1 for path in tree.paths])
+    rank = np.array([path[-1] for path in tree.paths])
+    nodes = top[:, depth, rank]  # [batch, size - 1]
   else:
+    # A draft per leaf; each node's token from a leaf below it (the leaves
+    # that share it draft it alike).
+    leaves = tree.leaves
     drafts = []
     for leaf in leaves:
       ranks = leaf + (0,) * (k - 1 - len(leaf))
@@ -244,12 +245,14 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
           fns, cache, features, next_tokens, start, last,
           lambda index, logits, ranks=ranks: _ranked(logits, ranks[index]))
       drafts.append(chosen)
-    proposals = jnp.stack(drafts, axis=1)
-  drafts = jnp.concatenate([
-      jnp.broadcast_to(token[:, None, None], (token.shape[0], len(leaves), 1)),
-      proposals.astype(token.dtype)], axis=2)
-  return tree_lib.from_drafts(drafts, [len(leaf) for leaf in leaves],
-                              tree.size), cache
+    drafts = jnp.stack(drafts, axis=1)  # [batch, leaves, k - 1]
+    below = [next(i for i, leaf in enumerate(leaves)
+                  if leaf[:len(path)] == path) for path in tree.paths]
+    nodes = drafts[:, np.array(below),
+                   np.array([len(path) - 1 for path in tree.paths])]
+  tokens = jnp.concatenate([token[:, None], nodes.astype(token.dtype)],
+                           axis=1)
+  return tree.layout(token.shape[0], tokens), cache
 
 
 def _ranked(logits: jax.Array, rank: int) -> jax.Array:

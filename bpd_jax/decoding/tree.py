@@ -20,7 +20,9 @@ Two kinds of tree come here:
   j + 1 at depth j given the path above it;
 - the p drafts of a refinement (`refine.py`), merged on their shared
   prefixes (`from_drafts`), at most N nodes.
-Both become a `TreeBlock` of per-example arrays through `from_drafts`.
+Both become a `TreeBlock` of per-example arrays: a static tree's topology
+is a constant (`Tree.layout`), a refinement's is made each call
+(`from_drafts`).
 """
 
 import dataclasses
@@ -154,6 +156,23 @@ class Tree:
   def spec(self) -> str:
     """A short name for reports: 'tree:N' (N nodes)."""
     return f'tree:{self.size}'
+
+  def layout(self, batch: int, tokens: jax.Array) -> 'TreeBlock':
+    """The TreeBlock of this shape holding `tokens` [batch, size] (node
+    order: the root, then `paths`); its topology is a constant."""
+    index = {path: i + 1 for i, path in enumerate(self.paths)}
+    parents = np.array([0] + [index.get(p[:-1], 0) for p in self.paths])
+    depths = np.array([0] + [len(p) for p in self.paths])
+    ancestors = np.eye(self.size, dtype=bool)
+    for node, path in enumerate(self.paths, start=1):
+      for d in range(1, len(path)):
+        ancestors[node, index[path[:d]]] = True
+      ancestors[node, 0] = True
+    wide = lambda a: jnp.broadcast_to(jnp.asarray(a), (batch,) + a.shape)
+    return TreeBlock(tokens=tokens, parents=wide(parents.astype(np.int32)),
+                     depths=wide(depths.astype(np.int32)),
+                     valid=wide(np.ones(self.size, bool)),
+                     ancestors=wide(ancestors))
 
   def expected_block(self, probabilities) -> float:
     """Tokens per call the tree expects: 1 + the sum of its nodes' path
