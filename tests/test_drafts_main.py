@@ -40,9 +40,11 @@ def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
     tmp_path):
   """The draft layer: the analysis and plain decoding, no rescorer built;
   a refinement is refused by the head type's name before any work."""
-  heads = '--config.model.head_layer=autoregressive'
+  # The draft layer reads every position: its training takes them all.
+  heads = ['--config.model.head_layer=autoregressive',
+           '--config.train.head_position_fraction=1.0']
   plain = [flag for flag in SMALL if 'refinements' not in flag]
-  result = run('drafts', *TINY, *plain, heads, f'--workdir={tmp_path}',
+  result = run('drafts', *TINY, *plain, *heads, f'--workdir={tmp_path}',
                '--init=random', '--config.drafts.refinements=()')
   assert result.returncode == 0, result.stderr[-3000:]
   out = tmp_path / 'drafts'
@@ -54,7 +56,7 @@ def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
         stats['decoded_block_efficiency'], k
   assert not (out / 'ngram.npz').exists() and not (out / 'lm').exists()
   assert 'lm' not in report and 'ngram' not in report
-  result = run('drafts', *TINY, *SMALL, heads, f'--workdir={tmp_path}',
+  result = run('drafts', *TINY, *SMALL, *heads, f'--workdir={tmp_path}',
                '--init=random')
   assert result.returncode != 0
   assert "'autoregressive' heads read each other's" in result.stderr
