@@ -228,12 +228,12 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
   """
   del tokens, lengths
   token = ops.take_at(next_tokens, last)
+  head = np.array([len(path) - 1 for path in tree.paths])  # Proposal index.
   if fns.draft is None:
     logits = fns.proposal_logits(ops.take_at(features, last))
     _, top = jax.lax.top_k(logits, tree.top_t)  # [batch, k - 1, t]
-    depth = np.array([len(path) - 1 for path in tree.paths])
     rank = np.array([path[-1] for path in tree.paths])
-    nodes = top[:, depth, rank]  # [batch, size - 1]
+    nodes = top[:, head, rank]  # [batch, size - 1]
   else:
     # A draft per leaf; each node's token from a leaf below it (the leaves
     # that share it draft it alike).
@@ -248,8 +248,7 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
     drafts = jnp.stack(drafts, axis=1)  # [batch, leaves, k - 1]
     below = [next(i for i, leaf in enumerate(leaves)
                   if leaf[:len(path)] == path) for path in tree.paths]
-    nodes = drafts[:, np.array(below),
-                   np.array([len(path) - 1 for path in tree.paths])]
+    nodes = drafts[:, np.array(below), head]
   tokens = jnp.concatenate([token[:, None], nodes.astype(token.dtype)],
                            axis=1)
   return tree.layout(token.shape[0], tokens), cache

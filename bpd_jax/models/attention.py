@@ -207,9 +207,7 @@ class SelfAttention(_Projections):
       ([batch, n, d_model], updated cache).
     """
     n = x.shape[1]
-    q, k, v = self._split_heads(self.qkv(x), 3)
-    cache = KVCache(ops.write_at(cache.key, k, start),
-                    ops.write_at(cache.value, v, start))
+    q, cache = self._write(x, cache, start)
     positions = start[:, None] + jnp.arange(n)
     keys, values = cache.key, cache.value
     if window is None:
@@ -226,6 +224,13 @@ class SelfAttention(_Projections):
                                      values.astype(q.dtype), mask=mask)
     return self.out(self._merge_heads(y)), cache
 
+  def _write(self, x: jax.Array, cache: KVCache,
+             start: jax.Array) -> tuple[jax.Array, KVCache]:
+    """x's queries [batch, n, heads, head_dim], and the cache with x's keys
+    and values written at each example's positions start .. start + n - 1."""
+    q, k, v = self._split_heads(self.qkv(x), 3)
+    return q, KVCache(ops.write_at(cache.key, k, start),
+                      ops.write_at(cache.value, v, start))
 
   def extend_tree(self, x: jax.Array, cache: KVCache, start: jax.Array,
                   ancestors: jax.Array) -> tuple[jax.Array, KVCache]:
@@ -246,9 +251,7 @@ class SelfAttention(_Projections):
       ([batch, n, d_model], updated cache).
     """
     n = x.shape[1]
-    q, k, v = self._split_heads(self.qkv(x), 3)
-    cache = KVCache(ops.write_at(cache.key, k, start),
-                    ops.write_at(cache.value, v, start))
+    q, cache = self._write(x, cache, start)
     slot = jnp.arange(cache.key.shape[1])[None, :] - start[:, None]  # [b, L]
     node = jnp.broadcast_to(jnp.clip(slot, 0, n - 1)[:, None, :],
                             (x.shape[0], n, slot.shape[1]))
