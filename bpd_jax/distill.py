@@ -79,7 +79,7 @@ def distill(config, model, task, output_dir: str, log=print,
 
 def refuse_images(config) -> None:
   """Raises ValueError for an image task: distillation writes text."""
-  tasks.require_kind(config, 'text', job='distill')
+  tasks.require_kind(config, ('text',), job='distill')
 
 
 def _write(directory, split, pairs):

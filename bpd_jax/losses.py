@@ -77,8 +77,12 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
-    model: a Transformer (encoder-decoder).
-    batch: source [batch, S] and target [batch, T] ids, eos-ended, padded.
+    model: a Transformer. An encoder-decoder reads the source and predicts
+      the target; a decoder-only model reads bos, source, target and
+      predicts the target tokens only (`decoder_only_sequence`).
+    batch: source [batch, S] and target [batch, T] ids, right-padded (the
+      translation tasks' eos-ended; a language model's source is its
+      prompt, S may be 0).
     first: 0-based index of the first trained head.
     count: number of trained heads.
     label_smoothing: mass spread over the vocabulary (0.1 in the paper).
@@ -109,20 +113,25 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     [num_proposal_heads]: loss_sum, correct, tokens (zero for heads that were
     not trained this step).
   """
-  target = batch['target']
+  source, target = batch['source'], batch['target']
+  tokens = target  # The decoder's tokens; `target` keeps the labels.
+  if not model.config.is_encoder_decoder:
+    tokens, target = decoder_only_sequence(source, target,
+                                           model.config.pad_id)
+    source = None
   draft_layer = model.config.head_layer == 'autoregressive'
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
-  decoder_input = shift_right(target, model.config.bos_id)
+  decoder_input = shift_right(tokens, model.config.bos_id)
   if input_dropout and dropout_key is not None:
     hidden_token = jax.random.bernoulli(
         jax.random.fold_in(dropout_key, 1), input_dropout,
         decoder_input.shape).at[:, 0].set(False)
     decoder_input = jnp.where(hidden_token, model.config.pad_id,
                               decoder_input)
-  hidden = model(batch['source'], decoder_input, dropout_rngs=rngs)
+  hidden = model(source, decoder_input, dropout_rngs=rngs)
   # Sequential heads read the true tokens before theirs (teacher forcing);
   # the other head layers ignore them (and XLA drops the unused slices).
-  next_tokens = shifted_targets(target, 0, max(first + count - 1, 1),
+  next_tokens = shifted_targets(tokens, 0, max(first + count - 1, 1),
                                 model.config.pad_id)
   labels = shifted_targets(target, first, count, model.config.pad_id)
   weights = head_weights(first, count, head1_weight)
@@ -168,6 +177,33 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   metrics = dict(loss_sum=scatter(loss_sum), correct=scatter(correct),
                  tokens=scatter(tokens))
   return (per_head_loss * weights).sum() + feature_loss, metrics
+
+
+def decoder_only_sequence(source: jax.Array, target: jax.Array,
+                          pad_id: int) -> tuple[jax.Array, jax.Array]:
+  """A decoder-only model's sequence: each row's prompt, then its target.
+
+  Args:
+    source: [batch, S] prompts, right-padded with pad_id (S may be 0).
+    target: [batch, T] continuations, right-padded.
+    pad_id: padding id (never a prompt token).
+
+  Returns:
+    (tokens [batch, S + T]: prompt then continuation, pad after them;
+    labels [batch, S + T]: the same with the prompt's positions pad_id, so
+    that only the continuation is learned).
+  """
+  prompt_length = (source != pad_id).sum(axis=1, keepdims=True)
+  length = source.shape[1] + target.shape[1]
+  position = jnp.arange(length)[None, :]
+  in_target = position - prompt_length  # [batch, S + T]
+  from_target = jnp.take_along_axis(
+      target, jnp.clip(in_target, 0, target.shape[1] - 1), axis=1)
+  from_target = jnp.where(in_target < target.shape[1], from_target, pad_id)
+  padded_source = jnp.pad(source, ((0, 0), (0, target.shape[1])),
+                          constant_values=pad_id)
+  tokens = jnp.where(in_target < 0, padded_source, from_target)
+  return tokens, jnp.where(in_target < 0, pad_id, tokens)
 
 
 def sampled_positions(key: jax.Array, target: jax.Array, fraction: float,

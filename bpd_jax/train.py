@@ -100,6 +100,9 @@ def train_batches(config, task, data_devices: int, log=print):
   """
   train_config, task_config = config.train, config.task
   process_index, process_count = jax.process_index(), jax.process_count()
+  # A language-model task says how wide its training prompts are (0 for
+  # plain language modelling: no position spent on an empty prompt).
+  source_len = getattr(task, 'train_prompt_len', task_config.max_source_len)
   tokens = train_config.get('tokens_per_batch', 0)
   if tokens:
     all_counts = None
@@ -108,7 +111,7 @@ def train_batches(config, task, data_devices: int, log=print):
       all_counts = multihost_utils.process_allgather
     data = batching.BucketedBatches(
         task.train_examples(process_index, process_count),
-        train_config.bucket_lengths, tokens, task_config.max_source_len,
+        train_config.bucket_lengths, tokens, source_len,
         task_config.max_target_len, config.seed,
         row_multiple=math.lcm(data_devices, process_count),
         process_index=process_index, process_count=process_count,
@@ -122,9 +125,9 @@ def train_batches(config, task, data_devices: int, log=print):
                                f'must be a multiple of the {data_devices} '
                                f'devices of the data axis.')
     data = batching.TrainBatches(
-        task.encoded('train'), train_config.batch_size,
-        task_config.max_source_len, task_config.max_target_len, config.seed,
-        process_index, process_count)
+        task.encoded('train'), train_config.batch_size, source_len,
+        task_config.max_target_len, config.seed, process_index,
+        process_count)
   if data.dropped:
     log(f'{data.dropped} training pairs longer than the task\'s max lengths '
         f'were left out.')

@@ -210,3 +210,35 @@ def test_sampled_positions_refuse_what_reads_every_position():
     losses.heads_loss(model, batch, first=0, count=4, label_smoothing=0.1,
                       random_head=True, dropout_key=None,
                       head_key=jax.random.key(0), position_fraction=0.5)
+
+
+def test_decoder_only_sequence_puts_each_prompt_before_its_target():
+  source = jnp.array([[5, 6, 0], [7, 0, 0], [0, 0, 0]])
+  target = jnp.array([[8, 1], [9, 10], [11, 1]])
+  tokens, labels = losses.decoder_only_sequence(source, target, 0)
+  np.testing.assert_array_equal(tokens, [[5, 6, 8, 1, 0], [7, 9, 10, 0, 0],
+                                         [11, 1, 0, 0, 0]])
+  np.testing.assert_array_equal(labels, [[0, 0, 8, 1, 0], [0, 9, 10, 0, 0],
+                                         [11, 1, 0, 0, 0]])
+  empty = jnp.zeros((3, 0), jnp.int32)  # Plain language modelling.
+  tokens, labels = losses.decoder_only_sequence(empty, target, 0)
+  np.testing.assert_array_equal(tokens, target)
+  np.testing.assert_array_equal(labels, target)
+
+
+def test_a_decoder_only_model_learns_the_target_after_its_prompt():
+  config = TransformerConfig.from_size('tiny', vocab_size=12,
+                                       num_encoder_layers=0,
+                                       num_proposal_heads=3)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  batch = dict(source=jnp.array([[5, 6, 7], [8, 0, 0]]),
+               target=jnp.array([[9, 10, 1], [6, 1, 0]]))
+  _, metrics = loss(model, batch, 0, 3)
+  # Only target tokens are labels; head h predicts each from h - 1
+  # positions earlier, inside the prompt too (the second row's first
+  # target token is one position from the start: head 3 cannot).
+  np.testing.assert_array_equal(metrics['tokens'], [5, 5, 4])
+  # The prompt conditions the loss but is not itself a label.
+  other = dict(batch, source=jnp.array([[5, 6, 9], [8, 0, 0]]))
+  assert float(loss(model, other, 0, 1)[0]) != float(
+      loss(model, batch, 0, 1)[0])

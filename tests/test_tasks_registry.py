@@ -10,7 +10,7 @@ def test_every_task_is_registered_with_its_kind():
   kinds = {name: tasks.get(name).kind for name in tasks.NAMES}
   assert kinds == {'embedded': 'text', 'parallel_text': 'text',
                    'tfds_translation': 'text', 'embedded_images': 'image',
-                   'tfds_images': 'image'}
+                   'tfds_images': 'image', 'python_source': 'lm'}
   with pytest.raises(ValueError, match=r"task.name='wmt' is not one of "
                      r"\('embedded', 'parallel_text'"):
     tasks.get('wmt')
@@ -21,17 +21,18 @@ def job_config(name):
 
 
 @pytest.mark.parametrize('job,message', [
-    ('bench', "the bench times translation tasks; task.name="
+    ('bench', "the bench times text and language-model tasks; task.name="
      "'embedded_images' is an image task: python -m bpd_jax.evaluate"),
-    ('drafts', "the draft job analyses text tasks; task.name="
-     "'embedded_images' is an image task."),
-    ('distill', "distillation writes parallel text; task.name="
-     "'embedded_images' is an image task."),
+    ('drafts', "the draft job analyses text and language-model tasks; "
+     "task.name='embedded_images' is an image task."),
+    ('distill', "distillation writes parallel text, one sentence a line; "
+     "task.name='embedded_images' is an image task."),
 ])
 def test_require_kind_names_the_job(job, message):
-  tasks.require_kind(job_config('embedded'), 'text', job=job)
+  tasks.require_kind(job_config('embedded'), ('text',), job=job)
   with pytest.raises(ValueError) as error:
-    tasks.require_kind(job_config('embedded_images'), 'text', job=job)
+    tasks.require_kind(job_config('embedded_images'), ('text', 'lm'),
+                       job=job)
   assert str(error.value).startswith(message)
 
 

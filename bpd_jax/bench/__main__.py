@@ -83,7 +83,7 @@ def _ints(name, values, low=1):
 
 def _options(config) -> dict:
   """The sweep of the flags (--quick applied), checked before any work."""
-  tasks.require_kind(config, 'text', job='bench')
+  tasks.require_kind(config, ('text', 'lm'), job='bench')
   heads = config.model.num_proposal_heads
   ks = _ints('ks', _KS.value or list(config.eval.ks))
   if max(ks) > heads:

@@ -73,7 +73,7 @@ def corpus(config, task) -> list[list[int]]:
 
 def _check(config) -> None:
   """The draft job's fields, before any work."""
-  tasks.require_kind(config, 'text', job='drafts')
+  tasks.require_kind(config, ('text', 'lm'), job='drafts')
   checks.check(config, config.model.num_proposal_heads)
 
 

@@ -148,3 +148,32 @@ def run(decoder: generate.Decoder, batches: Batches,
       recompiles[spec] += decoder.compilations() - before
   return [Measurement(spec, gather(results[spec], batches), walls[spec],
                       compile_s[spec], recompiles[spec]) for spec in specs]
+
+
+def comparison_rows(measured: Sequence[Measurement],
+                    specs: Sequence[DecoderSpec]) -> list[dict]:
+  """The decoders' rows every report shares, in order: decoder, k,
+  criterion, min_block, mean_block, model_calls, wall_s, tokens_per_s,
+  speedup (over greedy, or a sampling decoder's ancestral sampling),
+  sampler, identical_to_greedy (None for a sampling decoder).
+
+  Args:
+    measured: `run`'s result, greedy first.
+    specs: the specs it ran.
+  """
+  reference = measured[0].outputs.tokens
+  walls = {m.spec: m.wall_s for m in measured}
+  rows = []
+  for m in measured:
+    spec, outputs, wall = m.spec, m.outputs, m.wall_s
+    identical = (None if spec.sampling else round(float(
+        (outputs.tokens == reference).all(axis=1).mean()), 4))
+    rows.append(dict(
+        decoder=spec.name, k=max(spec.k, 1) if spec.k != 'auto' else 'auto',
+        criterion=spec.criterion, min_block=spec.min_block,
+        mean_block=round(outputs.mean_block, 3),
+        model_calls=outputs.iterations, wall_s=round(wall, 3),
+        tokens_per_s=round(float(outputs.lengths.sum()) / wall, 1),
+        speedup=round(walls[spec.reference(specs)] / wall, 3),
+        sampler=spec.sampler or None, identical_to_greedy=identical))
+  return rows

@@ -88,31 +88,16 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
                                        model.config.max_source_len))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
                         decoders, max_len=max_len)
-  reference = measured[0].outputs.tokens
-  walls = {run.spec: run.wall_s for run in measured}
-  rows = []
+  rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text
-  for run in measured:
-    spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
-    # Greedy's output is the reference of argmax decoders only; a sampling
-    # decoder's speedup is over ancestral sampling with its sampler.
-    identical = (None if spec.sampling else round(float(
-        (tokens == reference).all(axis=1).mean()), 4))
-    hypotheses = [task.vocab.decode(row) for row in tokens]
+  for run, row in zip(measured, rows):
+    hypotheses = [task.vocab.decode(tokens) for tokens in run.outputs.tokens]
     score, signature = bleu(hypotheses, references, tokenized_text=tokenized)
     score_intl, signature_intl = bleu(hypotheses, references, 'intl',
                                       tokenized_text=tokenized)
-    rows.append(dict(
-        decoder=spec.name, k=max(spec.k, 1), criterion=spec.criterion,
-        min_block=spec.min_block, bleu=round(score, 2),
-        bleu_intl=round(score_intl, 2),
-        mean_block=round(run.outputs.mean_block, 3),
-        model_calls=run.outputs.iterations, wall_s=round(wall, 3),
-        tokens_per_s=round(float(run.outputs.lengths.sum()) / wall, 1),
-        speedup=round(walls[spec.reference(decoders)] / wall, 3),
-        sampler=spec.sampler or None, identical_to_greedy=identical))
-    log(f'  {spec.name}: BLEU {score:.2f}, mean block '
-        f'{rows[-1]["mean_block"]}, {wall:.2f} s')
+    row.update(bleu=round(score, 2), bleu_intl=round(score_intl, 2))
+    log(f'  {run.spec.name}: BLEU {score:.2f}, mean block '
+        f'{row["mean_block"]}, {row["wall_s"]:.2f} s')
   return dict(split=split, examples=len(pairs), truncated_sources=truncated,
               bleu_signature=signature, bleu_intl_signature=signature_intl,
               rows=rows)

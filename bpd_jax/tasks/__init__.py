@@ -16,9 +16,11 @@ task section it reads:
                              TFDS image dataset (CelebA).
 
 Every task section also has max_source_len and max_target_len (>= 2). A
-text task loads a text.task.TextTask, an image task an images.task.ImageTask;
-both serve vocab, encoded(split), train_examples(process_index,
-process_count) and sources(split, max_len). Shared by both kinds: batching.py
+text task loads a text.task.TextTask, an image task an images.task.ImageTask,
+a language-model task an lm.task.LMTask (prompt -> continuation, for
+decoder-only models); all serve vocab, encoded(split),
+train_examples(process_index, process_count) and sources(split, max_len),
+and text and lm tasks pairs(split). Shared by both kinds: batching.py
 (training and evaluation batches), host_shards.py (each process's share of
 a split), token_ids.py (pad, eos, bos, unk), tfds_builders.py.
 
@@ -32,6 +34,7 @@ from bpd_jax import errors
 from bpd_jax.tasks.checks import at_least
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
+from bpd_jax.tasks.lm import python_source
 from bpd_jax.tasks.spec import TaskSpec
 from bpd_jax.tasks.text import embedded
 from bpd_jax.tasks.text import parallel_text
@@ -39,16 +42,17 @@ from bpd_jax.tasks.text import tfds_translation
 
 _SPECS = {spec.name: spec for spec in (
     embedded.SPEC, parallel_text.SPEC, tfds_translation.SPEC,
-    embedded_photos.SPEC, tfds_images.SPEC)}
+    embedded_photos.SPEC, tfds_images.SPEC, python_source.SPEC)}
 NAMES = tuple(_SPECS)
 
-# What each job that needs one kind of task does, for its refusal message.
+# What each job that needs some kinds of task does, for its refusal message.
 _JOBS = {
-    'bench': ('the bench times translation tasks',
+    'bench': ('the bench times text and language-model tasks',
               ': python -m bpd_jax.evaluate reports its time per image and '
               'speedups'),
-    'drafts': ('the draft job analyses text tasks', ''),
-    'distill': ('distillation writes parallel text', ''),
+    'drafts': ('the draft job analyses text and language-model tasks', ''),
+    'distill': ('distillation writes parallel text, one sentence a line',
+                ''),
 }
 
 
@@ -104,18 +108,18 @@ def check(config) -> None:
   spec.check(config)
 
 
-def require_kind(config, kind: str, job: str) -> None:
-  """Raises ValueError unless the config's task is of `kind`.
+def require_kind(config, kinds: tuple[str, ...], job: str) -> None:
+  """Raises ValueError unless the config's task is of one of `kinds`.
 
   Args:
     config: the whole config.
-    kind: 'text' or 'image'.
+    kinds: e.g. ('text', 'lm').
     job: the job that asks ('bench', 'drafts', 'distill'), named with what
       it does in the message.
   """
   name = config.task.name
   actual = get(name).kind
-  if actual != kind:
+  if actual not in kinds:
     does, hint = _JOBS[job]
     article = 'an' if actual == 'image' else 'a'
     raise ValueError(f'{does}; task.name={name!r} is {article} {actual} '

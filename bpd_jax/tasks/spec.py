@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Any, Callable
 
-KINDS = ('text', 'image')
+KINDS = ('text', 'image', 'lm')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,10 +12,11 @@ class TaskSpec:
 
   Attributes:
     name: the config's task.name.
-    kind: 'text' (sentence pairs, BLEU report) or 'image' (super-resolution
-      pairs, PSNR/SSIM report).
+    kind: 'text' (sentence pairs, BLEU report), 'image' (super-resolution
+      pairs, PSNR/SSIM report) or 'lm' (prompt -> continuation for a
+      decoder-only model, perplexity report).
     load: (task section, workdir, train_vocab) -> the loaded task (a
-      text.task.TextTask or images.task.ImageTask). It checks the task
+      text.task.TextTask, images.task.ImageTask or lm.task.LMTask). It checks the task
       section itself first, so a loader called without the config check
       fails with the same messages.
     check: (whole config) -> None, raising ValueError naming the first bad

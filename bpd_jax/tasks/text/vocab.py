@@ -94,11 +94,13 @@ class SentencePieceVocabulary(Vocabulary):
 
   @classmethod
   def train(cls, sentences: Iterable[str], model_path: str,
-            vocab_size: int) -> 'SentencePieceVocabulary':
+            vocab_size: int, **options) -> 'SentencePieceVocabulary':
     """Trains a unigram model on `sentences` and saves it at `model_path`.
 
     The file is written under a temporary name and renamed, so a job killed
-    while training leaves no half-written model behind.
+    while training leaves no half-written model behind. `options` are more
+    SentencePiece trainer options (e.g. code's whitespace handling); they
+    are stored in the model, so loading it needs none.
     """
     if not model_path.endswith('.model'):
       raise ValueError(f'model_path {model_path!r} must end with ".model".')
@@ -108,7 +110,7 @@ class SentencePieceVocabulary(Vocabulary):
         sentence_iterator=iter(sentences), model_prefix=prefix,
         vocab_size=vocab_size, model_type='unigram', character_coverage=1.0,
         pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
-        hard_vocab_limit=False, minloglevel=2)
+        hard_vocab_limit=False, minloglevel=2, **options)
     os.replace(prefix + '.model', model_path)
     os.remove(prefix + '.vocab')
     return cls(model_path)
@@ -128,7 +130,7 @@ class SentencePieceVocabulary(Vocabulary):
 
 
 def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
-                        sentences: Callable[[], list[str]]):
+                        sentences: Callable[[], list[str]], **options):
   """The task's SentencePiece vocabulary: found, or trained and saved.
 
   task.vocab_path, when set, names an existing model (e.g. the vocabulary of
@@ -143,6 +145,7 @@ def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
     train_vocab: train a missing vocabulary (the training job); False: a
       missing one is an error (evaluation, distillation).
     sentences: () -> the text to train on, called only when training.
+    **options: more trainer options (`SentencePieceVocabulary.train`).
   """
   model_path = config.get('vocab_path') or os.path.join(workdir,
                                                         'vocab.model')
@@ -158,7 +161,8 @@ def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
     text_ = sentences()
     logging.info('Training a %d-piece SentencePiece vocabulary on %d '
                  'sentences -> %s', config.vocab_size, len(text_), model_path)
-    SentencePieceVocabulary.train(text_, model_path, config.vocab_size)
+    SentencePieceVocabulary.train(text_, model_path, config.vocab_size,
+                                  **options)
   if train_vocab and jax.process_count() > 1:
     # Every process passes here (same files seen, same branch taken).
     multihost_utils.sync_global_devices('bpd_jax vocabulary')

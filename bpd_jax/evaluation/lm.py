@@ -1,0 +1,146 @@
+"""The language-model report: perplexity, and decoders side by side.
+
+For an 'lm' task (tasks/lm/): the model's perplexity on the eval split's
+examples (teacher-forced, the continuation tokens only, eos included where
+an example ends a document), then greedy and blockwise decoding of the
+split's prompts compared as the translation report compares them (mean
+accepted block, model calls, wall-clock, speedup, identical_to_greedy).
+A continuation has no single right answer, so there is no BLEU column:
+exact blockwise decoding is measured by identical_to_greedy, the model by
+its perplexity.
+"""
+
+import functools
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tabulate
+
+from bpd_jax import generate
+from bpd_jax import losses
+from bpd_jax import sharding
+from bpd_jax.evaluation import placement as placement_lib
+from bpd_jax.evaluation import runner
+from bpd_jax.evaluation import spec as spec_lib
+from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.tasks import batching
+
+COLUMNS = ('decoder', 'mean_block', 'model_calls', 'wall_s', 'speedup',
+           'identical_to_greedy')
+
+
+def perplexity(model, examples: batching.EncodedPairs,
+               batch_size: int = 16) -> tuple[float, int]:
+  """exp(mean negative log-likelihood) of the continuation tokens.
+
+  Args:
+    model: a decoder-only Transformer.
+    examples: (prompt ids, continuation ids) pairs.
+    batch_size: examples a forward pass (the last batch is filled with
+      copies of the first, which are not counted).
+
+  Returns:
+    (perplexity, tokens scored).
+  """
+  if not len(examples):
+    raise ValueError('perplexity needs at least one example.')
+  prompt_lengths, lengths = examples.lengths()
+  prompt_width, width = int(prompt_lengths.max()), int(lengths.max())
+  total, count = 0.0, 0
+  for start in range(0, len(examples), batch_size):
+    rows = [examples[i] for i in range(start, min(start + batch_size,
+                                                  len(examples)))]
+    real = len(rows)
+    rows += [examples[0]] * (batch_size - real)
+    nll, tokens = _negative_log_likelihood(
+        model, jnp.asarray(batching.pad_rows([p for p, _ in rows],
+                                             prompt_width)),
+        jnp.asarray(batching.pad_rows([c for _, c in rows], width)))
+    total += float(np.asarray(nll)[:real].sum())
+    count += int(np.asarray(tokens)[:real].sum())
+  return math.exp(total / max(count, 1)), count
+
+
+@jax.jit
+def _negative_log_likelihood(model, prompts, continuations):
+  """[batch] summed NLL of each row's continuation, and its token count."""
+  config = model.config
+  tokens, labels = losses.decoder_only_sequence(prompts, continuations,
+                                                config.pad_id)
+  hidden = model(None, losses.shift_right(tokens, config.bos_id))
+  logits = model.next_token_logits(hidden)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  picked = jnp.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+  mask = labels != config.pad_id
+  return -(picked * mask).sum(1), mask.sum(1)
+
+
+def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
+             batch_size: int, max_len: int, num_examples: int = 0,
+             mesh=None, log=print) -> dict:
+  """Perplexity on `split`, and its prompts decoded with every decoder.
+
+  Args:
+    model: a decoder-only Transformer.
+    task: an lm.task.LMTask.
+    split: split name, e.g. 'validation'.
+    decoders: greedy first (the reference of speedups and
+      identical_to_greedy).
+    batch_size: prompts decoded together.
+    max_len: tokens generated per prompt.
+    num_examples: the first this many prompts (0: all); perplexity is
+      always over the whole split.
+    mesh: optional mesh to shard the decoding batch over.
+    log: progress messages go here.
+
+  Returns:
+    dict(split, examples, perplexity, scored_tokens, truncated_prompts,
+    rows), a row per decoder.
+  """
+  ppl, scored = perplexity(model, task.encoded(split))
+  log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens)')
+  sources, truncated = task.sources(split, model.config.max_source_len,
+                                    num_examples)
+  if truncated:
+    log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
+        f'max_source_len={model.config.max_source_len} and kept their end.')
+  batches = list(batching.eval_batches(sources, batch_size,
+                                       model.config.max_source_len))
+  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
+                        decoders, max_len=max_len)
+  rows = runner.comparison_rows(measured, decoders)
+  for row in rows:
+    log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '
+        f'{row["wall_s"]:.2f} s')
+  return dict(split=split, examples=len(sources), perplexity=round(ppl, 4),
+              scored_tokens=scored, truncated_prompts=truncated, rows=rows)
+
+
+def report(config, workdir: str, model, task, log=print) -> dict:
+  """Runs the comparison, prints the table, writes the JSON report."""
+  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  model, mesh = placement_lib.placement(model, config, mesh, log)
+  decoders = spec_lib.decoders_from_config(config.eval)
+  log(f'Perplexity of {config.eval.split}, then its prompts '
+      f'({config.eval.num_examples or "all"}) decoded with {len(decoders)} '
+      f'decoders:')
+  result = evaluate(
+      model, task, config.eval.split, decoders,
+      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+      num_examples=config.eval.num_examples, mesh=mesh, log=log)
+  if jax.process_index() == 0:
+    path = os.path.join(workdir, f'eval_{config.eval.split}.json')
+    with open(path, 'w') as f:
+      json.dump(dict(result, config=config.to_dict()), f, indent=2)
+    table = [['-' if row[c] is None else row[c] for c in COLUMNS]
+             for row in result['rows']]
+    log(tabulate.tabulate(table, headers=COLUMNS, tablefmt='github'))
+    log(f'{result["examples"]} prompts of {config.eval.split}, '
+        f'{config.eval.max_len} tokens each; perplexity '
+        f'{result["perplexity"]} over {result["scored_tokens"]} tokens. '
+        f'Report: {path}')
+  return result

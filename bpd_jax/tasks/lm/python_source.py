@@ -1,0 +1,152 @@
+"""The 'python_source' task: a code language model on Python's own library.
+
+Every machine with Python has a corpus of real code that nobody here wrote:
+the standard library's source (`sysconfig.get_paths()['stdlib']`; on
+Python 3.11, 734 `*.py` files, 12 MB, once tests and site-packages are left
+out). Each file belongs to one split by a checksum of its path relative to
+the root (crc32 % 100: 0-89 train, 90-94 validation, 95-99 test), so the
+splits are the same on every machine and patch version and no file is in
+two. A file is read as Python reads it (`tokenize.open`: its coding
+cookie), encoded with a SentencePiece model trained on the training files
+that keeps code's whitespace (indentation is a piece, a newline its own
+piece, unseen characters byte pieces: decoding gives the text back
+exactly), ended with eos, and cut into examples of max_target_len tokens.
+
+Training examples have no prompt (plain language modelling); evaluation
+gives the first max_source_len tokens of each held-out example as the
+prompt and the model continues it (tasks/lm/task.py).
+
+The task section's fields, besides name:
+  max_source_len: tokens of an evaluation prompt.
+  max_target_len: tokens of an example (the training sequence length).
+  root: a directory of Python source ('': the standard library's).
+  train_files: read the first N training files by path (0: all).
+  vocab_size, vocab_path: the SentencePiece model: trained on the training
+    files on the first run (WORKDIR/vocab.model) or an existing one.
+  vocab_lines: lines of training code the vocabulary is trained on, a
+    seeded sample (0: all).
+"""
+
+import os
+import pathlib
+import random
+import sysconfig
+import tokenize
+import zlib
+
+from bpd_jax.tasks import spec
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.lm import task as task_lib
+from bpd_jax.tasks.text import task as text_task
+from bpd_jax.tasks.text import vocab as vocab_lib
+
+SPLITS = ('train', 'validation', 'test')
+# crc32(relative path) % 100 -> split.
+_BUCKETS = {'train': range(0, 90), 'validation': range(90, 95),
+            'test': range(95, 100)}
+# Directories left out: tests (much of them generated data and fixtures)
+# and installed third-party packages.
+_EXCLUDED_DIRS = frozenset({'test', 'tests', 'idle_test', 'site-packages',
+                            'dist-packages', '__pycache__'})
+# SentencePiece for code: no normalisation (NFKC would rewrite strings),
+# runs of spaces kept and made into pieces (indentation), pieces that span
+# words ("return self"), '\n' a piece of its own, no space added in front
+# of the text, and byte pieces for characters the training text lacks.
+CODE_VOCAB_OPTIONS = dict(
+    normalization_rule_name='identity', remove_extra_whitespaces=False,
+    split_by_whitespace=False, allow_whitespace_only_pieces=True,
+    user_defined_symbols=['\n'], add_dummy_prefix=False, byte_fallback=True)
+
+
+def stdlib_root() -> str:
+  return sysconfig.get_paths()['stdlib']
+
+
+def split_of(relative_path: str) -> str:
+  """The split of a file, by its '/'-separated path under the root."""
+  bucket = zlib.crc32(relative_path.encode()) % 100
+  return next(s for s, buckets in _BUCKETS.items() if bucket in buckets)
+
+
+def source_files(root: str) -> dict[str, list[str]]:
+  """{split: sorted relative paths} of the *.py files under root, tests and
+  site-packages left out.
+
+  Raises:
+    FileNotFoundError: root is not a directory, or holds no Python file.
+  """
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f'task.root={root!r} is not a directory.')
+  files = {split: [] for split in SPLITS}
+  for path in sorted(pathlib.Path(root).rglob('*.py')):
+    relative = path.relative_to(root)
+    parts = relative.parts[:-1]
+    if any(p in _EXCLUDED_DIRS or p.startswith('test_') for p in parts):
+      continue
+    if relative.name.startswith('test_'):
+      continue
+    files[split_of(relative.as_posix())].append(relative.as_posix())
+  if not any(files.values()):
+    raise FileNotFoundError(f'no Python file under task.root={root!r}.')
+  return files
+
+
+def read_source(path: str) -> str:
+  """A Python file's text, decoded as Python decodes it.
+
+  Raises:
+    ValueError: it is not text in its declared encoding (naming the file).
+  """
+  try:
+    with tokenize.open(path) as f:
+      return f.read()
+  except (SyntaxError, UnicodeDecodeError) as error:
+    raise ValueError(f'{path} is not Python source text: {error}') from None
+
+
+def _check(config) -> None:
+  task = config.task
+  at_least(task, 'task', vocab_size=512, train_files=0, vocab_lines=0)
+  task_lib.check_model(config, train_prompt_len=0)
+  if task.max_source_len >= task.max_target_len:
+    raise ValueError(
+        f'task.max_source_len={task.max_source_len} (the evaluation prompt) '
+        f'must be below task.max_target_len={task.max_target_len} (an '
+        f'example): the rest of an example is the reference continuation.')
+
+
+def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
+  root = config.root or stdlib_root()
+  files = source_files(root)
+  if not files['train']:
+    raise ValueError(f'no training file under task.root={root!r}.')
+  if config.train_files:
+    files['train'] = files['train'][:config.train_files]
+  read = lambda split: [read_source(os.path.join(root, f))
+                        for f in files[split]]
+
+  def vocab_text():
+    lines = [line for text in read('train') for line in text.split('\n')
+             if line.strip()]
+    if config.vocab_lines and len(lines) > config.vocab_lines:
+      lines = random.Random(0).sample(lines, config.vocab_lines)
+    return lines
+
+  vocab = vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
+                                        vocab_text, **CODE_VOCAB_OPTIONS)
+
+  def examples(split):
+    def reader():
+      documents = (ids + [token_ids.EOS_ID]
+                   for ids in vocab.encode_many(read(split)))
+      return task_lib.chunked(documents, config.max_target_len)
+    return reader
+
+  splits = text_task.LazySplits({split: examples(split) for split in SPLITS})
+  return task_lib.LMTask(vocab, splits, eval_prompt_len=config.max_source_len,
+                         train_prompt_len=0)
+
+
+SPEC = spec.TaskSpec(name='python_source', kind='lm', load=_load,
+                     check=_check)

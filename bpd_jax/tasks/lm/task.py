@@ -1,0 +1,176 @@
+"""A language-model task: (prompt, continuation) examples by split.
+
+Every example is a prompt and the continuation that follows it, both token
+ids: plain language modelling has empty prompts and a chunk of text as the
+continuation; summarisation has the document (and a cue such as
+"Summary:") as the prompt and the summary, eos-ended, as the continuation.
+A decoder-only model trains on prompt + continuation with the loss on the
+continuation only (`losses.decoder_only_sequence`).
+
+Evaluation decodes from prompts: an example's own prompt, or, where it has
+none, the first `eval_prompt_len` tokens of its continuation; the reference
+is what follows. The decoder's input is the prompt behind `start_id` (the
+token every training sequence starts from).
+
+An LMTask serves what the jobs ask of a text task (vocab, pairs, sources,
+encoded, train_examples), so training, evaluation, the bench, the draft
+analysis and distillation read it the same way.
+"""
+
+import collections.abc
+import dataclasses
+
+import numpy as np
+
+from bpd_jax.tasks import batching
+from bpd_jax.tasks import host_shards
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.text import vocab as vocab_lib
+
+
+@dataclasses.dataclass
+class LMTask:
+  """(prompt, continuation) token ids by split, and their vocabulary.
+
+  Attributes:
+    vocab: decodes the ids.
+    splits: {split: EncodedPairs of (prompt ids, continuation ids)}, read on
+      first use (a `text.task.LazySplits` or a dict).
+    eval_prompt_len: tokens of a prompt-less example's continuation that
+      evaluation gives as the prompt.
+    train_prompt_len: the prompt width of training batches: 0 where the
+      training examples have no prompt (plain language modelling: no
+      position is spent on one), else task.max_source_len.
+    start_id: the first decoder input of every sequence (bos).
+  """
+  vocab: vocab_lib.Vocabulary
+  splits: collections.abc.Mapping[str, batching.EncodedPairs]
+  eval_prompt_len: int
+  train_prompt_len: int
+  start_id: int = token_ids.BOS_ID
+
+  def encoded(self, split: str) -> batching.EncodedPairs:
+    """The split's (prompt ids, continuation ids) examples."""
+    if split not in self.splits:
+      raise ValueError(f'split {split!r} is not one of {sorted(self.splits)}.')
+    return self.splits[split]
+
+  def train_examples(self, process_index: int = 0, process_count: int = 1):
+    """This process's contiguous share of the training examples."""
+    examples = self.encoded('train')
+    start, end = host_shards.shard_bounds(len(examples), process_index,
+                                          process_count)
+    return batching.EncodedPairs.from_pairs(
+        examples[i] for i in range(start, end))
+
+  def eval_ids(self, split: str, limit: int = 0
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(prompt ids, reference ids) of the split's examples to decode.
+
+    A prompt-less example gives its first eval_prompt_len tokens as the
+    prompt (those with no token after them are skipped); the reference
+    loses a final eos.
+
+    Args:
+      split: split name.
+      limit: the first this many (0: all).
+    """
+    out = []
+    examples = self.encoded(split)
+    for i in range(len(examples)):
+      prompt, continuation = examples[i]
+      if not len(prompt):
+        if len(continuation) <= self.eval_prompt_len:
+          continue
+        prompt, continuation = (continuation[:self.eval_prompt_len],
+                                continuation[self.eval_prompt_len:])
+      if len(continuation) and continuation[-1] == token_ids.EOS_ID:
+        continuation = continuation[:-1]
+      out.append((prompt, continuation))
+      if len(out) == limit:
+        break
+    return out
+
+  def pairs(self, split: str) -> list[tuple[str, str]]:
+    """(prompt text, reference continuation text) of the eval examples."""
+    return [(self.vocab.decode(p), self.vocab.decode(c))
+            for p, c in self.eval_ids(split)]
+
+  def sources(self, split: str, max_len: int,
+              limit: int = 0) -> tuple[list[list[int]], int]:
+    """Decoder inputs: start_id + prompt, at most max_len tokens (a longer
+    prompt keeps its end, the part next to the continuation); and how many
+    were cut.
+
+    Args:
+      split: split name.
+      max_len: the model's max_source_len (the input width).
+      limit: the first this many examples (0: all).
+    """
+    if max_len < 2:
+      raise ValueError(f'max_len={max_len} leaves no room for a prompt '
+                       f'behind the start token.')
+    inputs, cut = [], 0
+    for prompt, _ in self.eval_ids(split, limit):
+      prompt = [int(t) for t in prompt]
+      if len(prompt) > max_len - 1:
+        prompt, cut = prompt[len(prompt) - (max_len - 1):], cut + 1
+      inputs.append([self.start_id] + prompt)
+    return inputs, cut
+
+
+def chunked(documents: collections.abc.Iterable[collections.abc.Sequence[int]],
+            length: int, min_length: int = 2) -> batching.EncodedPairs:
+  """Prompt-less examples: each document's ids cut into pieces of `length`
+  tokens (the last piece of a document shorter; pieces under `min_length`
+  dropped).
+
+  Args:
+    documents: token ids of each document, e.g. eos-ended.
+    length: tokens a piece.
+    min_length: the shortest piece kept.
+  """
+  if length < 1:
+    raise ValueError(f'length={length} must be >= 1.')
+  pieces = []
+  for ids in documents:
+    for start in range(0, len(ids), length):
+      piece = ids[start:start + length]
+      if len(piece) >= min_length:
+        pieces.append(([], list(piece)))
+  return batching.EncodedPairs.from_pairs(pieces)
+
+
+def check_model(config, train_prompt_len: int) -> None:
+  """Raises ValueError unless the model section fits an LM task.
+
+  A decoder-only model (model.num_encoder_layers = 0) whose positions hold
+  a training sequence (train_prompt_len + task.max_target_len) and a
+  decode (start token, a prompt of task.max_source_len, eval.max_len
+  tokens and the block's k - 1 positions past them); its input width
+  model.max_source_len holds the start token and the prompt.
+
+  Args:
+    config: the whole config.
+    train_prompt_len: the prompt width of training batches (0: none).
+  """
+  model, task = config.model, config.task
+  if model.get('num_encoder_layers', 1) != 0:
+    raise ValueError(
+        f'task.name={task.name!r} trains a decoder-only model: set '
+        f'model.num_encoder_layers=0 (it is '
+        f'{model.get("num_encoder_layers", "the size default")}).')
+  if model.max_source_len < task.max_source_len + 1:
+    raise ValueError(
+        f'model.max_source_len={model.max_source_len} must hold the start '
+        f'token and a prompt of task.max_source_len={task.max_source_len}: '
+        f'>= {task.max_source_len + 1}.')
+  training = train_prompt_len + task.max_target_len
+  decoding = (1 + task.max_source_len + config.eval.max_len
+              + max(config.eval.ks or (1,)) - 1)
+  if model.max_target_len < max(training, decoding):
+    raise ValueError(
+        f'model.max_target_len={model.max_target_len} must hold a training '
+        f'sequence ({training} positions) and a decode (start token, '
+        f'{task.max_source_len}-token prompt, eval.max_len='
+        f'{config.eval.max_len}, k - 1 more: {decoding}).')

@@ -1,0 +1,91 @@
+"""A code language model with blockwise heads, on Python's own library.
+
+    python -m bpd_jax.main --config=configs/lm_demo.py --workdir=/tmp/bpd_lm
+
+On the 'python_source' task (bpd_jax/tasks/lm/python_source.py: the
+standard library's source, split by file, no download) this trains a
+2 000-piece SentencePiece vocabulary that keeps code's whitespace, a small
+decoder-only Transformer and 8 sequential proposal heads together from the
+start, then reports the validation perplexity and decodes validation
+prompts (the first 32 tokens of held-out 128-token examples) greedily and
+blockwise for k = 2, 4, 6, 8, 64 tokens each at batch size 1: mean
+accepted block, model calls, wall-clock, speedup and the fraction of
+continuations identical to greedy.
+
+Expected: see the README's language-model section (measured figures and
+minutes on a 2-core CPU).
+
+Options (`--config=configs/lm_demo.py:quick,heads=independent`): quick (a
+short run that shows the pipeline, not the quality); heads=TYPE (the head
+layer: sequential, the default, or the paper's independent or joint heads,
+or autoregressive); root=DIR (another directory of Python code instead of
+the standard library). Fields not set here keep configs/base.py's value
+(documented there).
+"""
+
+from bpd_jax import config_options
+from bpd_jax.models import heads as heads_lib
+
+base = config_options.sibling(__file__, 'base')
+
+
+def get_config(arg=None):
+  options = config_options.parse(arg, quick=False, heads='sequential',
+                                 root='')
+  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  quick = options['quick']
+  config = base.get_config()
+
+  task = config.task
+  task.name = 'python_source'  # The standard library's source, by file.
+  task.root = options['root']  # Directory of *.py files ('': the stdlib's).
+  task.train_files = 60 if quick else 0  # First N training files (0: all).
+  task.vocab_size = 2_000  # SentencePiece pieces, special ids included.
+  task.vocab_path = ''  # An existing vocabulary ('': WORKDIR/vocab.model).
+  task.vocab_lines = 200_000  # Lines of code the vocabulary learns from.
+  task.max_source_len = 32  # Tokens of an evaluation prompt.
+  task.max_target_len = 128  # Tokens of an example: the training length.
+
+  model = config.model
+  model.size = 'tiny'  # Starting sizes (models/transformer.py), overridden below.
+  model.num_encoder_layers = 0  # Decoder-only: a language model.
+  model.num_decoder_layers = 2  # Decoder depth.
+  model.d_model = 128  # Width of every layer.
+  model.d_ff = 512  # Feed-forward hidden width.
+  model.num_heads = 4  # Attention heads.
+  model.dropout_rate = 0.0  # Training only; none: faster steps.
+  model.max_source_len = 33  # Input width: the start token and a prompt.
+  model.max_target_len = 128  # Positions: a training example, or a decode.
+  model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
+  model.head_layer = options['heads']  # Sequential: heads read the last proposal.
+
+  train = config.train
+  train.batch_size = 16  # Examples (128 tokens each) a step.
+  # One phase: the base and its heads trained together from the start.
+  train.base_steps = 0  # No base-only phase.
+  train.head_steps = 100 if quick else 1500  # Phase 'heads': base + heads.
+  train.freeze_base = False  # The whole model trains.
+  train.head1_weight = 0.5  # Head 1's share of the loss (0: 1/k).
+  # Heads 2..8 learn from half of each row's positions (the draft layer:
+  # all of them, it attends over every position).
+  train.head_position_fraction = (1.0 if options['heads'] == 'autoregressive'
+                                  else 0.5)
+  train.label_smoothing = 0.0  # Perplexity is of the plain likelihood.
+  train.learning_rate = 3e-3  # Peak learning rate, reached after warm-up.
+  train.warmup_steps = 30 if quick else 150  # Linear warm-up, then the decay.
+  train.schedule = 'linear'  # To zero at the end of the phase.
+  train.log_every = 25 if quick else 100  # Steps between progress lines.
+
+  ev = config.eval
+  ev.num_examples = 20 if quick else 100  # Prompts decoded (0: all).
+  ev.max_len = 64  # Tokens generated per prompt.
+  ev.ks = (2, 4, 6, 8)  # Blockwise block sizes compared with greedy.
+  ev.criteria = ('exact',)  # Verification: exact returns greedy's output.
+  ev.periodic_examples = 20  # Prompts decoded by periodic evaluations.
+  # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
+  config.drafts = base.drafts_config(num_examples=20 if quick else 100,
+                                     lm_steps=100 if quick else 1000)
+  if heads_lib.dependent(options['heads']):
+    # Refinement's lattice is of independent heads: the analysis only.
+    config.drafts.refinements = ()
+  return config

@@ -1,0 +1,60 @@
+"""The language-model report: perplexity and the decoders side by side."""
+
+import math
+
+import jax
+import numpy as np
+from flax import nnx
+
+from bpd_jax.evaluation import lm
+from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.tasks import batching
+from bpd_jax.tasks.lm import task as task_lib
+from bpd_jax.tasks.text import vocab as vocab_lib
+
+WORDS = [f'w{i}' for i in range(16)]
+
+
+def setup():
+  model = Transformer(TransformerConfig.from_size(
+      'tiny', vocab_size=20, num_encoder_layers=0, num_proposal_heads=3,
+      max_source_len=5, max_target_len=40), rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  examples = [([], list(rng.integers(4, 20, size=n)) + [1])
+              for n in (9, 6, 12, 3, 8)]
+  examples.append(([5, 6], [7, 8, 1]))  # One with its own prompt.
+  pairs = batching.EncodedPairs.from_pairs(examples)
+  task = task_lib.LMTask(vocab_lib.WordVocabulary(WORDS),
+                         {'validation': pairs}, eval_prompt_len=4,
+                         train_prompt_len=0)
+  return model, task, examples
+
+
+def test_perplexity_is_the_mean_likelihood_of_the_continuations():
+  model, task, examples = setup()
+  ppl, count = lm.perplexity(model, task.encoded('validation'), batch_size=4)
+  total = 0.0
+  for prompt, continuation in examples:  # One at a time, by hand.
+    sequence = [model.config.bos_id] + prompt + continuation
+    hidden = model(None, np.array([sequence[:-1]]))
+    log_probs = jax.nn.log_softmax(model.next_token_logits(hidden))[0]
+    total -= sum(float(log_probs[len(prompt) + i, token])
+                 for i, token in enumerate(continuation))
+  assert count == sum(len(c) for _, c in examples)
+  np.testing.assert_allclose(ppl, math.exp(total / count), rtol=1e-4)
+
+
+def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
+  model, task, _ = setup()
+  decoders = [DecoderSpec(), DecoderSpec(2), DecoderSpec(3)]
+  report = lm.evaluate(model, task, 'validation', decoders, batch_size=2,
+                       max_len=8, log=lambda _: None)
+  # Prompt-less examples longer than 4 tokens, and the prompted one.
+  assert report['examples'] == 5 and report['truncated_prompts'] == 0
+  assert report['perplexity'] > 1
+  rows = report['rows']
+  assert [r['decoder'] for r in rows] == ['greedy', 'blockwise k=2',
+                                          'blockwise k=3']
+  assert all(r['identical_to_greedy'] == 1.0 for r in rows)
+  assert rows[0]['mean_block'] == 1.0 and rows[2]['mean_block'] >= 1.0

@@ -1,0 +1,126 @@
+"""The Python-source LM task: files, splits, the code vocabulary, examples."""
+
+import os
+
+import ml_collections
+import pytest
+
+from bpd_jax import tasks
+from bpd_jax.tasks.lm import python_source
+
+CODE = '''import os
+
+
+class Thing:
+    """A thing."""
+
+    def __init__(self, name):
+        self.name = name  # Kept.
+
+    def path(self):
+        return os.path.join('/tmp', self.name)
+'''
+
+
+def write(root, relative, text=CODE):
+  path = os.path.join(root, relative)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+
+
+def test_tests_and_site_packages_are_left_out(tmp_path):
+  for relative in ('a.py', 'pkg/b.py', 'test/c.py', 'pkg/tests/d.py',
+                   'site-packages/e.py', 'idlelib/idle_test/f.py',
+                   'test_g.py', 'notes.txt'):
+    write(tmp_path, relative)
+  files = python_source.source_files(str(tmp_path))
+  assert sorted(f for split in files.values() for f in split) == [
+      'a.py', 'pkg/b.py']
+
+
+def test_a_file_split_depends_on_its_path_only():
+  assert python_source.split_of('json/decoder.py') == python_source.split_of(
+      'json/decoder.py')
+  splits = [python_source.split_of(f'module_{i}.py') for i in range(400)]
+  shares = {s: splits.count(s) / len(splits) for s in python_source.SPLITS}
+  assert 0.85 < shares['train'] < 0.95 and shares['validation'] > 0.02
+
+
+def test_the_standard_library_is_a_corpus():
+  files = python_source.source_files(python_source.stdlib_root())
+  assert len(files['train']) > 300 and files['validation'] and files['test']
+  assert not any('site-packages' in f or '/test/' in f'/{f}'
+                 for split in files.values() for f in split)
+
+
+def test_bad_roots_and_files_are_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match='is not a directory'):
+    python_source.source_files(str(tmp_path / 'missing'))
+  with pytest.raises(FileNotFoundError, match='no Python file'):
+    python_source.source_files(str(tmp_path))
+  (tmp_path / 'bad.py').write_bytes(b'x = "\xff\xfe"\n')
+  with pytest.raises(ValueError, match='bad.py is not Python source'):
+    python_source.read_source(str(tmp_path / 'bad.py'))
+
+
+def task_config(root, **fields):
+  return ml_collections.ConfigDict(dict(dict(
+      name='python_source', root=str(root), train_files=0, vocab_size=512,
+      vocab_path='', vocab_lines=0, max_source_len=4, max_target_len=24),
+      **fields))
+
+
+@pytest.fixture(scope='module')
+def loaded(tmp_path_factory):
+  root = tmp_path_factory.mktemp('code')
+  # 20 training files and 2 of each other split (the split is by path).
+  wanted = {'train': 20, 'validation': 2, 'test': 2}
+  for i in range(1000):
+    name = f'mod_{i}.py'
+    split = python_source.split_of(name)
+    if wanted[split]:
+      wanted[split] -= 1
+      write(root, name, CODE.replace('Thing', f'Thing{i}'))
+  workdir = tmp_path_factory.mktemp('run')
+  return root, workdir, tasks.load_task(task_config(root), str(workdir))
+
+
+def test_code_round_trips_through_the_vocabulary(loaded):
+  _, workdir, task = loaded
+  assert os.path.exists(workdir / 'vocab.model')
+  text = CODE + '\tx = "naïve ∑"\n'  # A tab and characters it never saw.
+  assert task.vocab.decode(task.vocab.encode(text)) == text
+  assert task.vocab.encode('\n') == task.vocab.encode('\n')[:1]
+
+
+def test_examples_are_chunks_of_the_files_ending_with_eos(loaded):
+  _, _, task = loaded
+  train = task.encoded('train')
+  prompts, lengths = train.lengths()
+  assert (prompts == 0).all() and lengths.max() == 24
+  # Each training file's last example ends with eos, and only that one.
+  assert sum(int(c[-1]) == 1 for _, c in train) == sum(
+      1 in [int(t) for t in c] for _, c in train) > 0
+  prompt, reference = task.eval_ids('validation')[0]
+  assert len(prompt) == 4 and len(reference) <= 20
+  sources, cut = task.sources('validation', max_len=5, limit=3)
+  assert len(sources) == 3 and cut == 0 and all(s[0] == 2 for s in sources)
+
+
+def test_evaluation_jobs_need_the_trained_vocabulary(loaded, tmp_path):
+  root, _, _ = loaded
+  with pytest.raises(Exception, match='vocabulary .* not found'):
+    tasks.load_task(task_config(root), str(tmp_path), train_vocab=False)
+
+
+def test_config_checks():
+  config = ml_collections.ConfigDict(dict(
+      task=task_config('', max_source_len=24),
+      model=dict(num_encoder_layers=0, max_source_len=25, max_target_len=80),
+      eval=dict(max_len=8, ks=(2,))))
+  with pytest.raises(ValueError, match='max_source_len=24 .* must be below'):
+    tasks.check(config)
+  config.task.vocab_size = 10
+  with pytest.raises(ValueError, match='task.vocab_size=10'):
+    tasks.check(config)
