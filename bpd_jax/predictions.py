@@ -23,8 +23,9 @@ def head_predictions(model: Transformer, sources: np.ndarray,
   """Every head's top-t tokens and confidence at every output position.
 
   Args:
-    model: an encoder-decoder Transformer with >= `heads` proposal heads.
-    sources: [batch, source_length] right-padded sources.
+    model: a Transformer with >= `heads` proposal heads.
+    sources: [batch, source_length] right-padded sources (an
+      encoder-decoder's), or prompts (a decoder-only model's, bos first).
     outputs: [batch, length] the model's greedy outputs (pad after eos).
     heads: K, heads read (1 = the scoring model).
     top_t: tokens kept per head.
@@ -33,9 +34,6 @@ def head_predictions(model: Transformer, sources: np.ndarray,
     (top [batch, length, K, t] token ids, best first; confidence
     [batch, length, K] max softmax probability).
   """
-  if not model.config.is_encoder_decoder:
-    raise ValueError('teacher-forced head predictions read an '
-                     'encoder-decoder model.')
   return _predict(model, jnp.asarray(sources), jnp.asarray(outputs),
                   heads, top_t)
 
@@ -43,10 +41,19 @@ def head_predictions(model: Transformer, sources: np.ndarray,
 @functools.partial(jax.jit, static_argnames=('heads', 'top_t'))
 def _predict(model, sources, outputs, heads, top_t):
   config = model.config
-  decoder_input = jnp.concatenate(
-      [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
-       outputs[:, :-1]], axis=1)
-  hidden = model(sources, decoder_input)
+  if config.is_encoder_decoder:
+    decoder_input = jnp.concatenate(
+        [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
+         outputs[:, :-1]], axis=1)
+    hidden = model(sources, decoder_input)
+  else:
+    # The prompt, then the outputs; output i is predicted at the position
+    # before it, prompt length - 1 + i.
+    tokens, _ = losses.decoder_only_sequence(sources, outputs, config.pad_id)
+    prompt_lengths = (sources != config.pad_id).sum(1, keepdims=True)
+    positions = prompt_lengths - 1 + jnp.arange(outputs.shape[1])[None]
+    hidden = jnp.take_along_axis(model(None, tokens), positions[..., None],
+                                 axis=1)
   # Heads that read earlier proposals are fed the greedy tokens: the drafts
   # a decoder sees up to a draft's first miss, all that acceptance reads.
   next_tokens = losses.shifted_targets(outputs, 0, max(heads - 1, 1),
