@@ -10,7 +10,8 @@ def test_every_task_is_registered_with_its_kind():
   kinds = {name: tasks.get(name).kind for name in tasks.NAMES}
   assert kinds == {'embedded': 'text', 'parallel_text': 'text',
                    'tfds_translation': 'text', 'embedded_images': 'image',
-                   'tfds_images': 'image', 'python_source': 'lm'}
+                   'tfds_images': 'image', 'python_source': 'lm',
+                   'tfds_lm': 'lm'}
   with pytest.raises(ValueError, match=r"task.name='wmt' is not one of "
                      r"\('embedded', 'parallel_text'"):
     tasks.get('wmt')

@@ -35,6 +35,7 @@ from bpd_jax.tasks.checks import at_least
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
 from bpd_jax.tasks.lm import python_source
+from bpd_jax.tasks.lm import tfds_lm
 from bpd_jax.tasks.spec import TaskSpec
 from bpd_jax.tasks.text import embedded
 from bpd_jax.tasks.text import parallel_text
@@ -42,7 +43,8 @@ from bpd_jax.tasks.text import tfds_translation
 
 _SPECS = {spec.name: spec for spec in (
     embedded.SPEC, parallel_text.SPEC, tfds_translation.SPEC,
-    embedded_photos.SPEC, tfds_images.SPEC, python_source.SPEC)}
+    embedded_photos.SPEC, tfds_images.SPEC, python_source.SPEC,
+    tfds_lm.SPEC)}
 NAMES = tuple(_SPECS)
 
 # What each job that needs some kinds of task does, for its refusal message.

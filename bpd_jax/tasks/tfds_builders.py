@@ -15,14 +15,19 @@ STANDARD_SPLITS = ('train', 'validation', 'test')
 
 
 def import_tfds():
-  """tensorflow_datasets, with the translation builders registered.
+  """tensorflow_datasets, with the builders the tasks read registered.
 
   Without h5py the builder registry stops importing early and
   'wmt14_translate' is "not found"; importing the translate package
-  registers it (measured).
+  registers it (measured), and the text, summarisation and question
+  answering packages register lm1b, c4, cnn_dailymail, xsum and squad.
   """
   import tensorflow_datasets as tfds
-  import tensorflow_datasets.translate  # noqa: F401  (registers wmt*)
+  # noqa: F401 below: imported for the builders they register.
+  import tensorflow_datasets.question_answering  # noqa: F401
+  import tensorflow_datasets.summarization  # noqa: F401
+  import tensorflow_datasets.text  # noqa: F401
+  import tensorflow_datasets.translate  # noqa: F401
   return tfds
 
 

@@ -5,6 +5,5 @@ writes after it.
   own source (no download).
 - tfds_lm.py: Kim et al.'s datasets through TFDS (language modelling,
   summarisation, question answering) as prompt -> continuation.
-- task.py: the LMTask they load; code_vocab.py: the SentencePiece
-  vocabulary that keeps code's whitespace.
+- task.py: the LMTask they load, and the model check they share.
 """

@@ -1,0 +1,193 @@
+"""Kim et al.'s language tasks through TFDS, as prompt -> continuation.
+
+Kim et al. 2024 measure blockwise drafts on decoder-only models for
+language modelling (LM1B), summarisation (CNN/DailyMail, XSum) and
+question answering (SQuAD). Each dataset's examples become (prompt,
+continuation) text by its FORMATS entry: language modelling has no prompt
+(its text is the continuation, cut into examples of max_target_len
+tokens, and evaluation prompts with its first max_source_len tokens);
+summarisation prompts with the document and the cue "Summary:", question
+answering with the context, the question and "Answer:" (GPT-2's zero-shot
+formats), and the continuation is the summary or the first answer, ended
+with eos. A prompt longer than max_source_len keeps its end (the cue), a
+continuation longer than max_target_len its start.
+
+Read with `tfds.data_source` (no TensorFlow; tasks/tfds_builders.py), a
+SentencePiece vocabulary trained on a seeded sample of the training
+examples (saved in the workdir, reused on resume).
+
+The 'tfds_lm' task's section, besides name:
+  dataset: a TFDS name whose base is a FORMATS key, e.g. 'lm1b',
+    'cnn_dailymail', 'xsum', 'squad/v1.1', 'c4/en'.
+  data_dir: where `tfds build` prepared it.
+  splits: {our split: TFDS split}, must include 'train'.
+  max_source_len: tokens of a prompt at most (an LM's evaluation prompt).
+  max_target_len: tokens of a continuation at most (an LM's example).
+  train_limit: read the first N training examples (0: all).
+  vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
+    trained on vocab_sample training examples (0: all), or an existing one.
+  mock_examples: 0, or N: TFDS mock data of N random examples a split.
+"""
+
+import dataclasses
+import string
+
+import numpy as np
+
+from bpd_jax.tasks import batching
+from bpd_jax.tasks import spec
+from bpd_jax.tasks import tfds_builders
+from bpd_jax.tasks import token_ids
+from bpd_jax.tasks.checks import at_least, needs_train_split
+from bpd_jax.tasks.lm import task as task_lib
+from bpd_jax.tasks.text import task as text_task
+from bpd_jax.tasks.text import vocab as vocab_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+  """How a dataset's example becomes (prompt, continuation) text.
+
+  Attributes:
+    prompt: a str.format template over the example's features; None for
+      language modelling (no prompt).
+    continuation: the same for the continuation.
+  """
+  prompt: str | None
+  continuation: str
+
+
+FORMATS = {
+    'lm1b': Format(None, '{text}'),
+    'c4': Format(None, '{text}'),
+    'cnn_dailymail': Format('{article}\nSummary:', ' {highlights}'),
+    'xsum': Format('{document}\nSummary:', ' {summary}'),
+    'squad': Format('{context}\nQuestion: {question}\nAnswer:',
+                    ' {answers}'),
+}
+
+
+def _text(value) -> str:
+  """A feature as text: bytes decoded; a nested answer's first text."""
+  if isinstance(value, dict):  # SQuAD's answers: {'text': [...], ...}.
+    texts = value.get('text', ())
+    value = texts[0] if len(texts) else ''
+  if isinstance(value, np.ndarray) and value.shape == ():
+    value = value.item()
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def format_of(dataset: str) -> Format:
+  """The Format of a TFDS name ('squad/v1.1' -> FORMATS['squad'])."""
+  base = dataset.split('/')[0].split(':')[0]
+  if base not in FORMATS:
+    raise ValueError(f'task.dataset={dataset!r}: no prompt -> continuation '
+                     f'format for {base!r}; known: {sorted(FORMATS)}.')
+  return FORMATS[base]
+
+
+class ExampleSource:
+  """Random access to one split's (prompt, continuation) texts."""
+
+  def __init__(self, builder, split: str, form: Format):
+    self.split, self.form = split, form
+    self._data = builder.as_data_source(split=split)
+    if not len(self._data):  # Stop before any work, not at evaluation.
+      raise ValueError(f'split {split!r} of {builder.info.full_name} has no '
+                       f'examples.')
+    features = set(self._data[0])
+    for template in (form.prompt or '', form.continuation):
+      for name in _fields(template):
+        if name not in features:
+          raise ValueError(f'{builder.info.full_name} examples have no '
+                           f'{name!r}; features: {sorted(features)}.')
+
+  def __len__(self) -> int:
+    return len(self._data)
+
+  def __getitem__(self, index: int) -> tuple[str, str]:
+    example = {name: _text(value)
+               for name, value in self._data[int(index)].items()}
+    prompt = (self.form.prompt.format(**example).strip()
+              if self.form.prompt else '')
+    return prompt, self.form.continuation.format(**example).rstrip()
+
+  def texts(self, limit: int = 0) -> list[tuple[str, str]]:
+    return [self[i] for i in range(min(limit or len(self), len(self)))]
+
+
+def _fields(template: str) -> list[str]:
+  return [name for _, name, _, _ in string.Formatter().parse(template)
+          if name]
+
+
+def encode(texts: list[tuple[str, str]], vocab, prompted: bool,
+           max_source_len: int,
+           max_target_len: int) -> batching.EncodedPairs:
+  """(prompt ids, continuation ids) examples of (prompt, continuation) text.
+
+  Prompted: a prompt keeps its last max_source_len tokens, a continuation
+  (eos-ended) its first max_target_len. Not prompted: each eos-ended text
+  cut into examples of max_target_len tokens.
+  """
+  prompts = vocab.encode_many([p for p, _ in texts]) if prompted else None
+  continuations = [ids + [token_ids.EOS_ID] for ids in
+                   vocab.encode_many([c for _, c in texts])]
+  if not prompted:
+    return task_lib.chunked(continuations, max_target_len)
+  return batching.EncodedPairs.from_pairs(
+      (p[max(len(p) - max_source_len, 0):], c[:max_target_len])
+      for p, c in zip(prompts, continuations))
+
+
+def _check_section(task) -> None:
+  needs_train_split(task, 'the vocabulary and training examples come from '
+                    'it')
+  if not isinstance(task.dataset, str) or not task.dataset:
+    raise ValueError(f'task.dataset={task.dataset!r} must be a TFDS name, '
+                     f'e.g. "cnn_dailymail".')
+  format_of(task.dataset)
+  at_least(task, 'task', vocab_size=8, vocab_sample=0, train_limit=0,
+           mock_examples=0)
+
+
+def _check(config) -> None:
+  _check_section(config.task)
+  prompted = format_of(config.task.dataset).prompt is not None
+  task_lib.check_model(
+      config, train_prompt_len=config.task.max_source_len if prompted else 0)
+
+
+def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
+  """Splits opened (read on first use); the vocabulary found or trained."""
+  _check_section(config)
+  form = format_of(config.dataset)
+  prompted = form.prompt is not None
+  with tfds_builders.opened(config.dataset, config.data_dir,
+                            config.splits.values(),
+                            config.mock_examples) as builder:
+    sources = {name: ExampleSource(builder, split, form)
+               for name, split in config.splits.items()}
+
+  def vocab_text():
+    rng = np.random.default_rng(0)
+    train = sources['train']
+    count = min(config.vocab_sample or len(train), len(train))
+    indices = np.sort(rng.choice(len(train), count, replace=False))
+    return [text for i in indices for text in train[i] if text]
+
+  vocab = vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
+                                        vocab_text)
+
+  def reader(name):
+    limit = config.train_limit if name == 'train' else 0
+    return lambda: encode(sources[name].texts(limit), vocab, prompted,
+                          config.max_source_len, config.max_target_len)
+
+  splits = text_task.LazySplits({name: reader(name) for name in sources})
+  return task_lib.LMTask(
+      vocab, splits, eval_prompt_len=config.max_source_len,
+      train_prompt_len=config.max_source_len if prompted else 0)
+
+
+SPEC = spec.TaskSpec(name='tfds_lm', kind='lm', load=_load, check=_check)
