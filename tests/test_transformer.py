@@ -147,10 +147,69 @@ def test_paper_sizes():
      'attention'),
     ('positions', 'image', "positions='image' needs image"),
     ('image', ImagePositions(target_side=2), "image needs positions='image'"),
+    ('activation', 'swish', r"activation='swish' is not one of \('relu', "
+     r"'gelu'\)"),
+    ('layer_norm_epsilon', 0.0, 'layer_norm_epsilon=0.0 must be a number > 0'),
+    ('layer_norm_epsilon', '1e-5', "layer_norm_epsilon='1e-5' must be a "
+     'number > 0'),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
     TransformerConfig(**{**TINY, field: value})
+
+
+def test_architecture_defaults_are_the_papers():
+  config = TransformerConfig(**TINY)
+  assert config.activation == 'relu'
+  assert config.layer_norm_epsilon == 1e-6
+  assert config.scale_embeddings and config.embedding_scale == 4.0  # sqrt(16)
+
+
+def test_activation_of_the_feed_forward_layers():
+  x = jax.random.normal(jax.random.key(1), (2, 3, TINY['d_model']))
+  outputs = {}
+  for activation, f in [('relu', jax.nn.relu),
+                        ('gelu', lambda h: jax.nn.gelu(h, approximate=True))]:
+    model = Transformer(TransformerConfig(**TINY, activation=activation),
+                        rngs=nnx.Rngs(0))  # The same weights for both.
+    ffn = model.decoder_layers[0].ffn
+    outputs[activation] = ffn(x, None)
+    np.testing.assert_allclose(outputs[activation],
+                               ffn.down(f(ffn.up(x))), rtol=1e-6, atol=1e-6)
+  assert not np.allclose(outputs['relu'], outputs['gelu'], atol=1e-3)
+
+
+def test_layer_norm_epsilon_reaches_every_norm():
+  model = Transformer(TransformerConfig(**TINY, layer_norm_epsilon=1e-5),
+                      rngs=nnx.Rngs(0))
+  norms = [model.decoder_norm, model.encoder_norm] + [
+      sublayer.norm for layer in [*model.encoder_layers,
+                                  *model.decoder_layers]
+      for sublayer in (layer.attention_sublayer, layer.ffn_sublayer)]
+  assert {norm.epsilon for norm in norms} == {1e-5}
+
+
+@pytest.mark.parametrize('scale', [True, False])
+def test_scale_embeddings_applies_wherever_tokens_are_embedded(scale):
+  config = TransformerConfig(**{**TINY, 'num_encoder_layers': 0},
+                             positions='learned', scale_embeddings=scale,
+                             head_layer='sequential')
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  tokens = jnp.asarray([[5, 6, 7]])
+  positions = jnp.arange(3)[None]
+  table = model.target_embed.embedding[...]
+  factor = 4.0 if scale else 1.0
+  np.testing.assert_allclose(model.token_embedding(tokens),
+                             table[tokens] * factor, rtol=1e-6)
+  # The decoder's input: the same token embedding, plus positions.
+  decoder_input = model._embed(  # pylint: disable=protected-access
+      tokens, positions, False, None)
+  np.testing.assert_allclose(
+      decoder_input,
+      model.token_embedding(tokens) + model.target_positions(positions),
+      rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(model.decoding_weights(3).embed, table * factor,
+                             rtol=1e-6)
 
 
 def test_sequential_heads_need_head1_from_base():
@@ -198,18 +257,20 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('head_layer,tie_output', [
-    ('sequential', True), ('sequential', False), ('autoregressive', True),
-    ('autoregressive', False)])
-def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(head_layer,
-                                                               tie_output):
+@pytest.mark.parametrize('head_layer,tie_output,scale_embeddings', [
+    ('sequential', True, True), ('sequential', False, True),
+    ('sequential', True, False), ('autoregressive', True, True),
+    ('autoregressive', False, True)])
+def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
+    head_layer, tie_output, scale_embeddings):
   """A draft made head after head through the cache equals the
   training-time heads (no cache) fed the draft's own tokens; each head
   reads the token chosen before it, and a draft layer's stale entries
   (past the last accepted position, or from an earlier draft) are unread."""
   model = Transformer(TransformerConfig(
       **{**TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0},
-      tie_output=tie_output, head_layer=head_layer), rngs=nnx.Rngs(0))
+      tie_output=tie_output, head_layer=head_layer,
+      scale_embeddings=scale_embeddings), rngs=nnx.Rngs(0))
   vocab = TINY['vocab_size']
   rng = np.random.default_rng(0)
   source = jnp.asarray(rng.integers(3, vocab, (3, 5)))

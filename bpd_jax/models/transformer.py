@@ -22,6 +22,7 @@ models/positions.py.
 """
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -35,6 +36,12 @@ from bpd_jax.models import heads as heads_lib
 from bpd_jax.models import positions as positions_lib
 
 DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
+# Activations of the feed-forward layers (`TransformerConfig.activation`).
+# 'gelu' is the tanh approximation, GPT-2's "gelu_new".
+ACTIVATIONS = {
+    'relu': jax.nn.relu,
+    'gelu': functools.partial(jax.nn.gelu, approximate=True),
+}
 
 # The paper's WMT14 sizes (Vaswani et al. 2017 "base" and "big"), and small
 # ones for tests and CPU demos. Options of `TransformerConfig.from_size`.
@@ -65,6 +72,13 @@ class TransformerConfig:
       layer, in training only.
     pre_norm: layer norm before each sublayer (and after the stack) rather
       than after each residual addition.
+    activation: the feed-forward layers' nonlinearity, one of ACTIVATIONS:
+      'relu', or 'gelu' (tanh approximation, as GPT-2).
+    layer_norm_epsilon: added to the variance in every layer norm.
+    scale_embeddings: token embeddings are multiplied by sqrt(d_model)
+      before positions are added (Vaswani et al.; GPT-2 does not), wherever
+      they are read: decoder and encoder inputs, and the tokens sequential
+      heads read.
     positions: 'sinusoidal' or 'learned' position embeddings, or 'image':
       codes of each position's pixel in its image (models/positions.py).
     max_source_len: longest source sequence the encoder accepts.
@@ -99,6 +113,9 @@ class TransformerConfig:
   num_decoder_layers: int = 6
   dropout_rate: float = 0.1
   pre_norm: bool = True
+  activation: str = 'relu'
+  layer_norm_epsilon: float = 1e-6
+  scale_embeddings: bool = True
   positions: str = 'sinusoidal'
   max_source_len: int = 256
   max_target_len: int = 256
@@ -134,6 +151,13 @@ class TransformerConfig:
           f'num_heads={self.num_heads}.')
     check(0.0 <= self.dropout_rate < 1.0,
           f'dropout_rate={self.dropout_rate} must be in [0, 1).')
+    check(self.activation in ACTIVATIONS,
+          f'activation={self.activation!r} is not one of '
+          f'{tuple(ACTIVATIONS)}.')
+    check(isinstance(self.layer_norm_epsilon, (int, float))
+          and self.layer_norm_epsilon > 0,
+          f'layer_norm_epsilon={self.layer_norm_epsilon!r} must be a '
+          f'number > 0.')
     check(self.positions in positions_lib.POSITIONS,
           f'positions={self.positions!r} is not one of '
           f'{positions_lib.POSITIONS}.')
@@ -184,6 +208,11 @@ class TransformerConfig:
   @property
   def is_encoder_decoder(self) -> bool:
     return self.num_encoder_layers > 0
+
+  @property
+  def embedding_scale(self) -> float:
+    """The factor token embeddings are multiplied by (scale_embeddings)."""
+    return math.sqrt(self.d_model) if self.scale_embeddings else 1.0
 
   @property
   def local_window(self) -> attention.LocalWindow | None:
@@ -241,16 +270,18 @@ class DecodingWeights:
 
 
 class FeedForward(nnx.Module):
-  """d_model -> d_ff (ReLU) -> d_model."""
+  """d_model -> d_ff (config.activation) -> d_model."""
 
   def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
     linear = _linear_kwargs(config, rngs)
     self.up = nnx.Linear(config.d_model, config.d_ff, **linear)
     self.down = nnx.Linear(config.d_ff, config.d_model, **linear)
     self.dropout = nnx.Dropout(config.dropout_rate)
+    self.activation = config.activation
 
   def __call__(self, x, dropout_rngs):
-    hidden = _dropout(self.dropout, jax.nn.relu(self.up(x)), dropout_rngs)
+    hidden = _dropout(self.dropout, ACTIVATIONS[self.activation](self.up(x)),
+                      dropout_rngs)
     return self.down(hidden)
 
 
@@ -376,7 +407,7 @@ class Transformer(nnx.Module):
     table = self.target_embed
     if source and not config.share_embeddings:
       table = self.source_embed
-    x = table(tokens) * math.sqrt(config.d_model)
+    x = table(tokens) * config.embedding_scale
     if config.positions == 'learned':
       x = x + (self.source_positions if source else
                self.target_positions)(positions)
@@ -428,7 +459,7 @@ class Transformer(nnx.Module):
   def token_embedding(self, tokens: jax.Array) -> jax.Array:
     """[...] target tokens -> [..., d_model], scaled as the decoder's
     input embedding, without positions (what sequential heads read)."""
-    return self.target_embed(tokens) * math.sqrt(self.config.d_model)
+    return self.target_embed(tokens) * self.config.embedding_scale
 
   def logits(self, states: jax.Array) -> jax.Array:
     """The shared vocabulary projection: [..., d_model] -> [..., vocab]."""
@@ -451,7 +482,7 @@ class Transformer(nnx.Module):
     embed = None
     if self.heads.layer in heads_lib.DEPENDENT_HEAD_LAYERS and k > 1:
       embed = (self.target_embed.embedding[...]
-               * math.sqrt(self.config.d_model)).astype(dtype)
+               * self.config.embedding_scale).astype(dtype)
     return DecodingWeights(
         vocab=vocab.astype(dtype), scoring=self.heads.weights(0, 1),
         proposals=self.heads.weights(1, k - 1) if k > 1 else None,
@@ -733,6 +764,6 @@ def _linear_kwargs(config: TransformerConfig, rngs: nnx.Rngs) -> dict:
 
 
 def _layer_norm(config: TransformerConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(config.d_model, epsilon=1e-6,
+  return nnx.LayerNorm(config.d_model, epsilon=config.layer_norm_epsilon,
                        dtype=_dtype(config.dtype),
                        param_dtype=_dtype(config.param_dtype), rngs=rngs)

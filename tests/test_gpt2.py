@@ -1,0 +1,245 @@
+"""GPT-2 import: the tiny checkpoint (scripts/make_tiny_gpt2.py) computes
+what transformers recorded; blockwise decoding on it equals greedy; a
+broken checkpoint stops with an error that names what is wrong."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors import numpy as safetensors_numpy
+
+from bpd_jax import errors
+from bpd_jax import generate
+from bpd_jax.models import gpt2
+from bpd_jax.tasks.text import gpt2_ids
+
+CHECKPOINT = os.path.join(os.path.dirname(__file__), 'data', 'tiny_gpt2')
+K = 3
+
+
+@pytest.fixture(scope='module')
+def expected():
+  with np.load(os.path.join(CHECKPOINT, 'expected_logits.npz')) as data:
+    return dict(data)
+
+
+@pytest.fixture(scope='module')
+def endoftext():
+  return gpt2.endoftext_id(gpt2.read_config(CHECKPOINT))
+
+
+@pytest.fixture(scope='module')
+def model():
+  return gpt2.load_gpt2(CHECKPOINT, num_proposal_heads=K)
+
+
+def params(model, heads: bool) -> dict:
+  """{path: array} of the model's parameters in (heads) or out of the
+  proposal heads."""
+  flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+  return {path: np.asarray(param[...]) for path, param in flat
+          if (path[0] == 'heads') == heads}
+
+
+def test_config_is_gpt2s_block(model):
+  config = model.config
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (0, 2)
+  assert (config.d_model, config.d_ff, config.num_heads) == (32, 128, 4)
+  assert (config.activation, config.layer_norm_epsilon) == ('gelu', 1e-5)
+  assert (config.positions, config.max_target_len) == ('learned', 64)
+  assert config.pre_norm and config.tie_output
+  assert not config.scale_embeddings
+  assert config.vocab_size == 384 + 3
+  assert (config.pad_id, config.eos_id, config.bos_id) == (0, 1, 1)
+
+
+def test_logits_equal_transformers(model, expected, endoftext):
+  inputs = gpt2_ids.from_gpt2(expected['input_ids'], endoftext)
+  logits = model.next_token_logits(model(None, jnp.asarray(inputs)))
+  columns = gpt2_ids.from_gpt2(np.arange(expected['logits'].shape[-1]),
+                               endoftext)
+  np.testing.assert_allclose(np.asarray(logits)[..., columns],
+                             expected['logits'], rtol=0, atol=1e-4)
+  # pad, bos and unk score the mean of GPT-2's logits: never the argmax.
+  unused = np.asarray(logits)[..., list(gpt2_ids.UNUSED_IDS)]
+  np.testing.assert_allclose(
+      unused, np.broadcast_to(expected['logits'].mean(-1, keepdims=True),
+                              unused.shape), rtol=0, atol=1e-5)
+  assert (unused < expected['logits'].max(-1, keepdims=True)).all()
+
+
+def test_qkv_is_split_as_gpt2_splits_c_attn(model):
+  """SelfAttention reads qkv's output as [q | k | v], each heads x head_dim:
+  GPT-2's c_attn layout, so its weight is taken as it is."""
+  tensors = safetensors_numpy.load_file(os.path.join(CHECKPOINT,
+                                                     'model.safetensors'))
+  weight = tensors['transformer.h.1.attn.c_attn.weight']  # [d, 3d]
+  bias = tensors['transformer.h.1.attn.c_attn.bias']
+  x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype(np.float32)
+  # GPT-2: c_attn(x).split(d, dim=2), then each viewed as [.., heads, dim].
+  theirs = np.split(x @ weight + bias, 3, axis=-1)
+  ours = model.decoder_layers[1].attention.project(jnp.asarray(x))
+  for mine, reference in zip(ours, theirs):
+    np.testing.assert_allclose(mine, reference.reshape(2, 5, 4, 8),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_every_base_parameter_is_read_and_heads_are_seeded(model):
+  other_seed = gpt2.load_gpt2(CHECKPOINT, num_proposal_heads=K, seed=1)
+  base, other_base = params(model, False), params(other_seed, False)
+  assert base.keys() == other_base.keys()
+  for path, value in base.items():
+    np.testing.assert_array_equal(value, other_base[path], err_msg=str(path))
+  heads, other_heads = params(model, True), params(other_seed, True)
+  assert any(not np.array_equal(heads[p], other_heads[p])
+             for p in heads if 'w_' in str(p))
+  same_seed = params(gpt2.load_gpt2(CHECKPOINT, num_proposal_heads=K), True)
+  for path, value in heads.items():
+    np.testing.assert_array_equal(value, same_seed[path])
+
+
+def test_gpt2model_layout_with_buffers_and_lm_head(tmp_path, model):
+  """Tensors without `transformer.`, with the attention mask buffers and a
+  tied lm_head (how other GPT-2 files are saved) give the same model."""
+  tensors = safetensors_numpy.load_file(os.path.join(CHECKPOINT,
+                                                     'model.safetensors'))
+  tensors = {name.removeprefix('transformer.'): value
+             for name, value in tensors.items()}
+  tensors['lm_head.weight'] = tensors['wte.weight']
+  for i in range(2):
+    tensors[f'h.{i}.attn.bias'] = np.tril(np.ones((1, 1, 64, 64), bool))
+    tensors[f'h.{i}.attn.masked_bias'] = np.array(-1e4, np.float32)
+  directory = _copy(tmp_path, tensors=tensors)
+  reloaded = gpt2.load_gpt2(directory, num_proposal_heads=K)
+  theirs = params(reloaded, False)
+  for path, value in params(model, False).items():
+    np.testing.assert_array_equal(value, theirs[path], err_msg=str(path))
+
+
+def test_greedy_decoding_equals_transformers(model, expected, endoftext):
+  prompt = gpt2_ids.from_gpt2(expected['prompt'], endoftext)
+  assert prompt[0] == model.config.bos_id  # <|endoftext|> starts a text.
+  result = generate.Decoder(model).greedy(prompt[None],
+                                          max_len=len(expected['greedy']))
+  np.testing.assert_array_equal(
+      result.tokens[0], gpt2_ids.from_gpt2(expected['greedy'], endoftext))
+
+
+@pytest.mark.parametrize('head_layer', ['independent', 'sequential'])
+def test_blockwise_equals_greedy_with_fresh_heads(model, head_layer):
+  if head_layer != 'independent':
+    model = gpt2.load_gpt2(CHECKPOINT, num_proposal_heads=K,
+                           head_layer=head_layer)
+  bos = model.config.bos_id
+  prompts = np.array([[bos, 30, 40, 50, 60, 70],
+                      [bos, 7, 0, 0, 0, 0],
+                      [bos, 9, 11, 250, 0, 0],
+                      [bos, 0, 0, 0, 0, 0]], np.int32)
+  decoder = generate.Decoder(model)
+  greedy = decoder.greedy(prompts, max_len=24)
+  blockwise = decoder.blockwise(prompts, k=K, max_len=24)
+  np.testing.assert_array_equal(blockwise.tokens, greedy.tokens)
+  np.testing.assert_array_equal(blockwise.lengths, greedy.lengths)
+
+
+def _copy(tmp_path, config=None, tensors=None, remove=()) -> str:
+  """The tiny checkpoint copied to tmp_path/gpt2, with config.json fields
+  replaced (None: deleted), its tensors replaced and files removed."""
+  directory = tmp_path / 'gpt2'
+  shutil.copytree(CHECKPOINT, directory)
+  if config:
+    path = directory / 'config.json'
+    fields = {**json.loads(path.read_text()), **config}
+    path.write_text(json.dumps({key: value for key, value in fields.items()
+                                if value is not None}))
+  if tensors is not None:
+    safetensors_numpy.save_file(tensors, str(directory / 'model.safetensors'))
+  for name in remove:
+    os.remove(directory / name)
+  return str(directory)
+
+
+def _tensors(**changes):
+  """The checkpoint's tensors with some replaced (None: deleted)."""
+  tensors = safetensors_numpy.load_file(os.path.join(CHECKPOINT,
+                                                     'model.safetensors'))
+  tensors.update(changes)
+  return {name: value for name, value in tensors.items() if value is not None}
+
+
+@pytest.mark.parametrize('broken,error,message', [
+    (dict(remove=['config.json']), errors.MissingFileError,
+     r'gpt2/config.json not found: a GPT-2 checkpoint directory holds'),
+    (dict(remove=['model.safetensors']), errors.MissingFileError,
+     r'gpt2/model.safetensors not found'),
+    (dict(config=dict(model_type='llama')), errors.ConfigError,
+     r"model_type='llama'; only 'gpt2' checkpoints are imported"),
+    (dict(config=dict(scale_attn_by_inverse_layer_idx=True)),
+     errors.ConfigError, r'scale_attn_by_inverse_layer_idx=True; the '
+     r'importer supports only False'),
+    (dict(config=dict(add_cross_attention=True)), errors.ConfigError,
+     r'add_cross_attention=True; the importer supports only False'),
+    (dict(config=dict(tie_word_embeddings=False)), errors.ConfigError,
+     r'tie_word_embeddings=False'),
+    (dict(config=dict(activation_function='gelu')), errors.ConfigError,
+     r"activation_function='gelu'; the importer supports \['gelu_new', "
+     r"'gelu_pytorch_tanh', 'relu'\]"),
+    (dict(config=dict(eos_token_id=None, bos_token_id=None)),
+     errors.ConfigError, r'names no eos_token_id or bos_token_id'),
+    (dict(config=dict(eos_token_id=5)), errors.ConfigError,
+     r"'eos_token_id': 5, 'bos_token_id': 383.*one special token"),
+    (dict(config=dict(bos_token_id=None, eos_token_id=384)),
+     errors.ConfigError, r'eos_token_id=384; it must be an id in '
+     r'\[0, vocab_size=384\)'),
+    (dict(config=dict(n_head=5)), errors.ConfigError,
+     r'd_model=32 must be divisible by num_heads=5'),
+    (dict(config=dict(n_embd='32')), errors.ConfigError,
+     r"n_embd='32'; it must be an integer >= 1"),
+    (dict(tensors=_tensors(**{'transformer.h.1.mlp.c_fc.bias': None})),
+     errors.DataError, r"no tensor 'h.1.mlp.c_fc.bias' \(nor "
+     r'transformer.h.1.mlp.c_fc.bias\)'),
+    (dict(tensors=_tensors(**{'transformer.wpe.weight': np.zeros(
+        (32, 32), np.float32)})), errors.DataError,
+     r"tensor 'wpe.weight' has shape \(32, 32\); its config.json implies "
+     r'\(64, 32\)'),
+    (dict(config=dict(vocab_size=400)), errors.DataError,
+     r"tensor 'wte.weight' has shape \(384, 32\); its config.json implies "
+     r'\(400, 32\)'),
+    (dict(tensors=_tensors(**{'lm_head.weight': np.zeros(
+        (384, 32), np.float32)})), errors.DataError,
+     r'lm_head.weight differs from wte.weight'),
+])
+def test_broken_checkpoints_name_what_is_wrong(tmp_path, broken, error,
+                                               message):
+  with pytest.raises(error, match=message):
+    gpt2.load_gpt2(_copy(tmp_path, **broken))
+
+
+def test_missing_directory(tmp_path):
+  with pytest.raises(errors.MissingFileError,
+                     match=r'checkpoint directory .*/none not found'):
+    gpt2.load_gpt2(str(tmp_path / 'none'))
+
+
+def test_not_json_and_not_safetensors(tmp_path):
+  directory = _copy(tmp_path)
+  with open(os.path.join(directory, 'model.safetensors'), 'w') as f:
+    f.write('not tensors')
+  with pytest.raises(errors.DataError, match='is not a safetensors file'):
+    gpt2.load_gpt2(directory)
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    f.write('{')
+  with pytest.raises(errors.DataError, match='config.json is not JSON'):
+    gpt2.load_gpt2(directory)
+
+
+def test_reorder_and_upcast_attn_is_the_same_model(tmp_path, model):
+  """It only changes PyTorch's numerics (float32 attention scores)."""
+  directory = _copy(tmp_path, config=dict(reorder_and_upcast_attn=True))
+  reloaded = gpt2.load_gpt2(directory, num_proposal_heads=K)
+  assert reloaded.config == model.config
