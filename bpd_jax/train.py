@@ -263,9 +263,8 @@ def train(config, workdir: str, log=print, evaluate=None):
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
   else:
     if train_config.init_from:
-      params = factory.params_from_checkpoint(
-          params, os.path.join(train_config.init_from, 'checkpoints'),
-          heads=False)
+      params = factory.warm_start(params, model_config,
+                                  train_config.init_from)
       log(f'Warm start of the base from {train_config.init_from}.')
     phase = phases[0]
     shardings, _ = state_shardings(phase)

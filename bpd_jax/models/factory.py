@@ -15,6 +15,7 @@ from flax import nnx
 
 from bpd_jax import checkpoints as checkpoints_lib
 from bpd_jax import errors
+from bpd_jax.models import gpt2
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.transformer import Transformer, TransformerConfig
 
@@ -43,6 +44,53 @@ def restore_model(config, workdir: str, vocab_size: int) -> Transformer:
   params = params_from_checkpoint(
       params, os.path.join(workdir, 'checkpoints'), heads=True)
   return nnx.merge(graphdef, params)
+
+
+def warm_start(params: nnx.State, model_config: TransformerConfig,
+               directory: str) -> nnx.State:
+  """`params` with the base of another model; the heads keep theirs.
+
+  Args:
+    params: the run's freshly initialised parameters.
+    model_config: the run's architecture.
+    directory: a run's workdir (its latest checkpoint), or a pretrained
+      GPT-2 folder (config.json and model.safetensors, models/gpt2.py).
+
+  Raises:
+    errors.MissingFileError, errors.CheckpointError: as
+      `params_from_checkpoint`, or the GPT-2 folder's files are missing.
+    errors.ConfigError: the other model's architecture is not the run's.
+  """
+  if not gpt2.is_checkpoint(directory):
+    return params_from_checkpoint(
+        params, os.path.join(directory, 'checkpoints'), heads=False)
+  pretrained = gpt2.load_gpt2(
+      directory, num_proposal_heads=model_config.num_proposal_heads,
+      head_layer=model_config.head_layer,
+      head_hidden=model_config.head_hidden, dtype=model_config.dtype,
+      param_dtype=model_config.param_dtype)
+  differ = [f'{name}={getattr(model_config, name)!r} (the checkpoint: '
+            f'{getattr(pretrained.config, name)!r})'
+            for name in _ARCHITECTURE
+            if getattr(model_config, name) != getattr(pretrained.config, name)]
+  if differ:
+    raise errors.ConfigError(
+        f'the GPT-2 in {directory} is another architecture than the model '
+        f'section: {", ".join(differ)}. configs/gpt2_heads.py sets the '
+        f'model from its config.json.')
+  # The same architecture and heads: the same structure, leaf for leaf.
+  take_base = lambda path, own, theirs: own if _is_head(path) else theirs
+  return jax.tree_util.tree_map_with_path(take_base, params,
+                                          nnx.state(pretrained, nnx.Param))
+
+
+# The fields of a model's base a pretrained checkpoint must share with the
+# run (the proposal heads' fields are the run's own).
+_ARCHITECTURE = ('vocab_size', 'd_model', 'd_ff', 'num_heads',
+                 'num_encoder_layers', 'num_decoder_layers', 'pre_norm',
+                 'positions', 'max_target_len', 'share_embeddings',
+                 'tie_output', 'activation', 'layer_norm_epsilon',
+                 'scale_embeddings', 'pad_id', 'eos_id', 'bos_id')
 
 
 def params_from_checkpoint(params: nnx.State, directory: str,
@@ -79,3 +127,7 @@ def params_from_checkpoint(params: nnx.State, directory: str,
     return jnp.asarray(node, value.dtype)
 
   return jax.tree_util.tree_map_with_path(take, params)
+
+
+def _is_head(path) -> bool:
+  return str(getattr(path[0], 'key', path[0])) == 'heads'

@@ -128,6 +128,13 @@ def load_gpt2(directory: str, *, num_proposal_heads: int = 1,
   return model
 
 
+def is_checkpoint(directory: str) -> bool:
+  """Whether `directory` is a Hugging Face GPT-2 folder (config.json and
+  model.safetensors), rather than a run's workdir."""
+  return all(os.path.isfile(os.path.join(directory, name))
+             for name in (CONFIG_FILE, WEIGHTS_FILE))
+
+
 def read_config(directory: str) -> dict:
   """config.json of a checkpoint directory, as a dict."""
   if not os.path.isdir(directory):

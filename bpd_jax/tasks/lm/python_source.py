@@ -21,6 +21,9 @@ The task section's fields, besides name:
   max_target_len: tokens of an example (the training sequence length).
   root: a directory of Python source ('': the standard library's).
   train_files: read the first N training files by path (0: all).
+  vocab_type: 'sentencepiece' (default) or 'gpt2' (a pretrained GPT-2's
+    tokenizer, from the checkpoint folder vocab_path; tasks/lm/task.py
+    `lm_vocab`).
   vocab_size, vocab_path: the SentencePiece model: trained on the training
     files on the first run (WORKDIR/vocab.model) or an existing one.
   vocab_lines: lines of training code the vocabulary is trained on, a
@@ -39,7 +42,6 @@ from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.checks import at_least
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task
-from bpd_jax.tasks.text import vocab as vocab_lib
 
 SPLITS = ('train', 'validation', 'test')
 # crc32(relative path) % 100 -> split.
@@ -133,8 +135,8 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
       lines = random.Random(0).sample(lines, config.vocab_lines)
     return lines
 
-  vocab = vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
-                                        vocab_text, **CODE_VOCAB_OPTIONS)
+  vocab, start_id = task_lib.lm_vocab(config, workdir, train_vocab,
+                                      vocab_text, **CODE_VOCAB_OPTIONS)
 
   def examples(split):
     def reader():
@@ -145,7 +147,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
 
   splits = text_task.LazySplits({split: examples(split) for split in SPLITS})
   return task_lib.LMTask(vocab, splits, eval_prompt_len=config.max_source_len,
-                         train_prompt_len=0)
+                         train_prompt_len=0, start_id=start_id)
 
 
 SPEC = spec.TaskSpec(name='python_source', kind='lm', load=_load,

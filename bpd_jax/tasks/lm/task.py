@@ -19,6 +19,7 @@ analysis and distillation read it the same way.
 
 import collections.abc
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -117,6 +118,37 @@ class LMTask:
         prompt, cut = prompt[len(prompt) - (max_len - 1):], cut + 1
       inputs.append([self.start_id] + prompt)
     return inputs, cut
+
+
+VOCAB_TYPES = ('sentencepiece', 'gpt2')
+
+
+def lm_vocab(config, workdir: str, train_vocab: bool,
+             sentences: Callable[[], list[str]], **options):
+  """An LM task's vocabulary and start token, by task.vocab_type.
+
+  'sentencepiece' (the default): found or trained on `sentences()`
+  (`vocab.sentencepiece_vocab`, `options` its trainer options); sequences
+  start with bos. 'gpt2': a pretrained GPT-2's tokenizer from the
+  checkpoint folder task.vocab_path (vocab.json, merges.txt); sequences
+  start with <|endoftext|>, eos 1, as GPT-2's texts do (models/gpt2.py).
+
+  Returns:
+    (vocabulary, start_id).
+  """
+  vocab_type = config.get('vocab_type', 'sentencepiece')
+  if vocab_type not in VOCAB_TYPES:
+    raise ValueError(f'task.vocab_type={vocab_type!r} is not one of '
+                     f'{VOCAB_TYPES}.')
+  if vocab_type == 'gpt2':
+    if not config.get('vocab_path'):
+      raise ValueError("task.vocab_type='gpt2' reads the tokenizer of a "
+                       'GPT-2 folder: set task.vocab_path to it.')
+    from bpd_jax.tasks.text import gpt2_vocab  # Only GPT-2 needs tokenizers.
+    return gpt2_vocab.GPT2Vocabulary(config.vocab_path), token_ids.EOS_ID
+  return (vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
+                                        sentences, **options),
+          token_ids.BOS_ID)
 
 
 def chunked(documents: collections.abc.Iterable[collections.abc.Sequence[int]],

@@ -25,7 +25,9 @@ The 'tfds_lm' task's section, besides name:
   max_target_len: tokens of a continuation at most (an LM's example).
   train_limit: read the first N training examples (0: all).
   vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
-    trained on vocab_sample training examples (0: all), or an existing one.
+    trained on vocab_sample training examples (0: all), or an existing one;
+    vocab_type 'gpt2': a pretrained GPT-2's tokenizer, from the folder
+    vocab_path (tasks/lm/task.py `lm_vocab`).
   mock_examples: 0, or N: TFDS mock data of N random examples a split.
 """
 
@@ -41,7 +43,6 @@ from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.checks import at_least, needs_train_split
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task
-from bpd_jax.tasks.text import vocab as vocab_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +177,8 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
     indices = np.sort(rng.choice(len(train), count, replace=False))
     return [text for i in indices for text in train[i] if text]
 
-  vocab = vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
-                                        vocab_text)
+  vocab, start_id = task_lib.lm_vocab(config, workdir, train_vocab,
+                                      vocab_text)
 
   def reader(name):
     limit = config.train_limit if name == 'train' else 0
@@ -187,7 +188,8 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   splits = text_task.LazySplits({name: reader(name) for name in sources})
   return task_lib.LMTask(
       vocab, splits, eval_prompt_len=config.max_source_len,
-      train_prompt_len=config.max_source_len if prompted else 0)
+      train_prompt_len=config.max_source_len if prompted else 0,
+      start_id=start_id)
 
 
 SPEC = spec.TaskSpec(name='tfds_lm', kind='lm', load=_load, check=_check)
