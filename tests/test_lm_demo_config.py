@@ -1,0 +1,55 @@
+"""configs/lm_demo.py: the code language model, its options, a short run."""
+
+import pytest
+
+from bpd_jax import config_checks
+from bpd_jax import train
+from bpd_jax.evaluation import lm
+from bpd_jax.tasks.lm import python_source
+
+from train_configs import load_config
+
+CODE = 'import os\n\n\ndef f(x):\n    return os.path.join(x, "a")\n'
+
+
+def lm_demo_config(arg=None):
+  return load_config('lm_demo', arg)
+
+
+@pytest.mark.parametrize('arg', ['', 'quick', 'heads=independent',
+                                 'heads=autoregressive,quick'])
+def test_every_option_passes_the_checks(arg):
+  config = lm_demo_config(arg)
+  config_checks.check(config)
+  assert config.task.name == 'python_source'
+  assert config.model.num_encoder_layers == 0
+
+
+def test_bad_options():
+  with pytest.raises(ValueError, match="heads='many' is not one of"):
+    lm_demo_config('heads=many')
+  with pytest.raises(ValueError, match="unknown config option 'k'"):
+    lm_demo_config('k=4')
+
+
+def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
+  root = tmp_path / 'code'
+  wanted = {'train': 10, 'validation': 2, 'test': 1}
+  for i in range(1000):
+    split = python_source.split_of(f'pkg/m{i}.py')
+    if wanted[split]:
+      wanted[split] -= 1
+      (root / 'pkg').mkdir(parents=True, exist_ok=True)
+      (root / 'pkg' / f'm{i}.py').write_text(CODE.replace('f(', f'f{i}('))
+  config = lm_demo_config(f'quick,root={root}')
+  config.task.vocab_size = 512
+  config.model.update(d_model=32, d_ff=64, num_proposal_heads=3,
+                      head_hidden=32)
+  config.train.update(head_steps=4, warmup_steps=2, log_every=2)
+  config.eval.update(num_examples=2, ks=(2, 3))
+  config_checks.check(config)
+  workdir = tmp_path / 'run'
+  model, task = train.train(config, str(workdir), log=lambda _: None)
+  report = lm.report(config, str(workdir), model, task, log=lambda _: None)
+  assert report['examples'] == 2 and report['perplexity'] > 1
+  assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
