@@ -129,12 +129,13 @@ def _check_buckets(config) -> None:
 
 
 def _check_samplers(config) -> None:
-  """eval.samplers: each a valid sampler, text tasks only."""
+  """eval.samplers: each a valid sampler, text and language-model tasks
+  only."""
   samplers = config.eval.get('samplers', ())
-  if samplers and tasks.get(config.task.name).kind != 'text':
+  if samplers and tasks.get(config.task.name).kind not in ('text', 'lm'):
     raise ValueError(f'eval.samplers={tuple(samplers)}: sampling is '
-                     f'reported for text tasks; task.name='
-                     f'{config.task.name!r} is not one.')
+                     f'reported for text and language-model tasks; '
+                     f'task.name={config.task.name!r} is neither.')
   for spec in samplers:
     try:
       decoding.Sampler.from_spec(spec).check(vocab_size=2**31)

@@ -58,3 +58,15 @@ def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
                                           'blockwise k=3']
   assert all(r['identical_to_greedy'] == 1.0 for r in rows)
   assert rows[0]['mean_block'] == 1.0 and rows[2]['mean_block'] >= 1.0
+
+
+def test_sampling_rows_are_timed_against_ancestral_sampling():
+  model, task, _ = setup()
+  sampler = 'temperature=1.0'
+  decoders = [DecoderSpec(), DecoderSpec(sampler=sampler),
+              DecoderSpec(2, sampler=sampler)]
+  rows = lm.evaluate(model, task, 'validation', decoders, batch_size=2,
+                     max_len=6, log=lambda _: None)['rows']
+  assert [r['decoder'] for r in rows] == [
+      'greedy', 'ancestral temperature=1.0', 'blockwise k=2 temperature=1.0']
+  assert rows[1]['identical_to_greedy'] is None and rows[2]['speedup'] > 0
