@@ -51,3 +51,10 @@ def test_check_runs_the_task_own_checks():
                      'integer >= 2'):
     tasks.check(config)
 
+
+
+def test_distillation_refuses_a_language_model_task():
+  with pytest.raises(ValueError, match="distillation writes parallel text, "
+                     "one sentence a line; task.name='python_source' is a "
+                     "language-model task."):
+    tasks.require_kind(job_config('python_source'), ('text',), job='distill')

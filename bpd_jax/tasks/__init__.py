@@ -58,6 +58,10 @@ _JOBS = {
 }
 
 
+_KIND_NAMES = {'text': 'a text task', 'image': 'an image task',
+               'lm': 'a language-model task'}
+
+
 def get(name: str) -> TaskSpec:
   """The registered task `name`.
 
@@ -123,6 +127,5 @@ def require_kind(config, kinds: tuple[str, ...], job: str) -> None:
   actual = get(name).kind
   if actual not in kinds:
     does, hint = _JOBS[job]
-    article = 'an' if actual == 'image' else 'a'
-    raise ValueError(f'{does}; task.name={name!r} is {article} {actual} '
-                     f'task{hint}.')
+    raise ValueError(f'{does}; task.name={name!r} is {_KIND_NAMES[actual]}'
+                     f'{hint}.')
