@@ -10,6 +10,11 @@ of the task unchanged (their references stay human/original), so that a
 config trains on it with task.name='parallel_text' (configs/demo.py has the
 option `distilled=OUTPUT_DIR`). Distilled targets are more predictable, which
 the paper found makes blockwise heads accept longer blocks.
+
+A language model (a task of kind 'lm') continues each training prompt
+instead, and OUTPUT_DIR gets train.npz (prompt and continuation ids) and
+distilled.json; its config's `distilled=OUTPUT_DIR` trains on them
+(configs/lm_demo.py), the held-out splits staying the real text.
 """
 
 import os
@@ -24,6 +29,7 @@ from bpd_jax import jobs
 from bpd_jax import sharding
 from bpd_jax import tasks
 from bpd_jax.tasks import batching
+from bpd_jax.tasks.lm import task as task_lib
 
 SOURCE_SUFFIX, TARGET_SUFFIX = 'src', 'tgt'
 
@@ -46,6 +52,8 @@ def distill(config, model, task, output_dir: str, log=print,
     raise ValueError(f'--batch_size={batch_size} must be >= 1.')
   refuse_images(config)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  if tasks.get(config.task.name).kind == 'lm':
+    return _distill_lm(config, model, task, output_dir, log, batch_size, mesh)
   pairs = task.pairs('train')
   sources, truncated = task.sources('train', model.config.max_source_len)
   if truncated:
@@ -77,9 +85,37 @@ def distill(config, model, task, output_dir: str, log=print,
   return counts
 
 
+def _distill_lm(config, model, task, output_dir, log, batch_size, mesh):
+  """A language model's distilled training split: each training example's
+  prompt (its own, or its first max_source_len tokens) and the model's
+  greedy continuation of eval.max_len tokens (tasks/lm/task.py
+  `write_distilled`; the task's `distilled` option reads it)."""
+  max_source_len = model.config.max_source_len
+  sources, truncated = task.sources('train', max_source_len)
+  if truncated:
+    log(f'warning: {truncated} training prompts exceed max_source_len='
+        f'{max_source_len} and kept their end.')
+  decoder = generate.Decoder(model, mesh=mesh)
+  pairs = []
+  for i, (inputs, real) in enumerate(batching.eval_batches(
+      sources, batch_size, max_source_len)):
+    result = decoder.greedy(inputs, max_len=config.eval.max_len)
+    tokens, lengths = (np.asarray(result.tokens)[:real],
+                       np.asarray(result.lengths)[:real])
+    for source, row, length in zip(sources[len(pairs):], tokens, lengths):
+      pairs.append((source[1:], row[:length]))  # Without the start token.
+    if i % 100 == 0:
+      log(f'  {len(pairs)}/{len(sources)} prompts')
+  if jax.process_index() == 0:
+    task_lib.write_distilled(output_dir, batching.EncodedPairs.from_pairs(
+        pairs), task.vocab.vocab_size)
+  log(f'Distilled corpus in {output_dir}: {len(pairs)} training examples.')
+  return {'train': len(pairs)}
+
+
 def refuse_images(config) -> None:
   """Raises ValueError for an image task: distillation writes text."""
-  tasks.require_kind(config, ('text',), job='distill')
+  tasks.require_kind(config, ('text', 'lm'), job='distill')
 
 
 def _write(directory, split, pairs):

@@ -19,8 +19,16 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`): quick (a
 short run that shows the pipeline, not the quality); heads=TYPE (the head
 layer: sequential, the default, or the paper's independent or joint heads,
 or autoregressive); root=DIR (another directory of Python code instead of
-the standard library). Fields not set here keep configs/base.py's value
-(documented there).
+the standard library); init_from=DIR (start from that run's model and
+vocabulary) and distilled=DIR (train on the model's own continuations):
+the paper's sequence-level distillation, on a trained run $RUNS/lm:
+
+    python -m bpd_jax.distill --config=configs/lm_demo.py --workdir=$RUNS/lm \
+        --output_dir=$RUNS/lm_distilled
+    python -m bpd_jax.main --config=configs/lm_demo.py:init_from=$RUNS/lm,distilled=$RUNS/lm_distilled \
+        --workdir=$RUNS/lm_on_distilled
+
+Fields not set here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax import config_options
@@ -31,7 +39,7 @@ base = config_options.sibling(__file__, 'base')
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential',
-                                 root='')
+                                 root='', init_from='', distilled='')
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   quick = options['quick']
   config = base.get_config()
@@ -41,7 +49,11 @@ def get_config(arg=None):
   task.root = options['root']  # Directory of *.py files ('': the stdlib's).
   task.train_files = 60 if quick else 0  # First N training files (0: all).
   task.vocab_size = 2_000  # SentencePiece pieces, special ids included.
-  task.vocab_path = ''  # An existing vocabulary ('': WORKDIR/vocab.model).
+  # An existing vocabulary ('': WORKDIR/vocab.model, trained on first run).
+  task.vocab_path = (f'{options["init_from"]}/vocab.model'
+                     if options['init_from'] else '')
+  # A corpus of the model's own continuations (python -m bpd_jax.distill).
+  task.distilled = options['distilled']
   task.vocab_lines = 200_000  # Lines of code the vocabulary learns from.
   task.max_source_len = 32  # Tokens of an evaluation prompt.
   task.max_target_len = 128  # Tokens of an example: the training length.
@@ -55,7 +67,9 @@ def get_config(arg=None):
   model.num_heads = 4  # Attention heads.
   model.dropout_rate = 0.0  # Training only; none: faster steps.
   model.max_source_len = 33  # Input width: the start token and a prompt.
-  model.max_target_len = 128  # Positions: a training example, or a decode.
+  # Positions: a training example (after its prompt, on a distilled
+  # corpus), or a decode.
+  model.max_target_len = 160 if options['distilled'] else 128
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
   model.head_layer = options['heads']  # Sequential: heads read the last proposal.
 
@@ -64,6 +78,7 @@ def get_config(arg=None):
   # One phase: the base and its heads trained together from the start.
   train.base_steps = 0  # No base-only phase.
   train.head_steps = 100 if quick else 1500  # Phase 'heads': base + heads.
+  train.init_from = options['init_from']  # A trained run to start from.
   train.freeze_base = False  # The whole model trains.
   train.head1_weight = 0.5  # Head 1's share of the loss (0: 1/k).
   # Heads 2..8 learn from half of each row's positions (the draft layer:

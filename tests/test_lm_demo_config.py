@@ -3,6 +3,7 @@
 import pytest
 
 from bpd_jax import config_checks
+from bpd_jax import distill
 from bpd_jax import train
 from bpd_jax.evaluation import lm
 from bpd_jax.tasks.lm import python_source
@@ -41,15 +42,47 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
       wanted[split] -= 1
       (root / 'pkg').mkdir(parents=True, exist_ok=True)
       (root / 'pkg' / f'm{i}.py').write_text(CODE.replace('f(', f'f{i}('))
-  config = lm_demo_config(f'quick,root={root}')
-  config.task.vocab_size = 512
-  config.model.update(d_model=32, d_ff=64, num_proposal_heads=3,
-                      head_hidden=32)
-  config.train.update(head_steps=4, warmup_steps=2, log_every=2)
-  config.eval.update(num_examples=2, ks=(2, 3))
-  config_checks.check(config)
+
+  def tiny(arg):
+    config = lm_demo_config(f'quick,root={root}{arg}')
+    config.task.vocab_size = 512
+    config.model.update(d_model=32, d_ff=64, num_proposal_heads=3,
+                        head_hidden=32)
+    config.train.update(head_steps=4, warmup_steps=2, log_every=2)
+    config.eval.update(num_examples=2, ks=(2, 3), max_len=16)
+    config_checks.check(config)
+    return config
+
+  config = tiny('')
   workdir = tmp_path / 'run'
   model, task = train.train(config, str(workdir), log=lambda _: None)
   report = lm.report(config, str(workdir), model, task, log=lambda _: None)
   assert report['examples'] == 2 and report['perplexity'] > 1
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
+  # The paper's recipe: the model continues its training prompts, then
+  # trains on them from where it stopped.
+  corpus = tmp_path / 'distilled'
+  counts = distill.distill(config, model, task, str(corpus),
+                           log=lambda _: None)
+  config = tiny(f',init_from={workdir},distilled={corpus}')
+  model, task = train.train(config, str(tmp_path / 'again'),
+                            log=lambda _: None)
+  prompts, continuations = task.encoded('train').lengths()
+  assert len(prompts) == counts['train'] and (prompts == 32).all()
+  assert continuations.max() <= 16
+  report = lm.report(config, str(tmp_path / 'again'), model, task,
+                     log=lambda _: None)
+  assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
+
+
+def test_a_corpus_of_another_vocabulary_is_refused(tmp_path):
+  from bpd_jax.tasks import batching
+  from bpd_jax.tasks.lm import task as task_lib
+  pairs = batching.EncodedPairs.from_pairs([([4, 5], [6, 1])])
+  task_lib.write_distilled(str(tmp_path), pairs, vocab_size=300)
+  assert len(task_lib.read_distilled(str(tmp_path), 300)) == 1
+  with pytest.raises(ValueError, match='a 300-token vocabulary; the task\'s '
+                     'has 512'):
+    task_lib.read_distilled(str(tmp_path), 512)
+  with pytest.raises(FileNotFoundError, match='bpd_jax.distill'):
+    task_lib.read_distilled(str(tmp_path / 'missing'), 300)

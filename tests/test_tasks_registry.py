@@ -26,7 +26,7 @@ def job_config(name):
      "'embedded_images' is an image task: python -m bpd_jax.evaluate"),
     ('drafts', "the draft job analyses text and language-model tasks; "
      "task.name='embedded_images' is an image task."),
-    ('distill', "distillation writes parallel text, one sentence a line; "
+    ('distill', "distillation writes text and language-model corpora; "
      "task.name='embedded_images' is an image task."),
 ])
 def test_require_kind_names_the_job(job, message):
@@ -52,9 +52,3 @@ def test_check_runs_the_task_own_checks():
     tasks.check(config)
 
 
-
-def test_distillation_refuses_a_language_model_task():
-  with pytest.raises(ValueError, match="distillation writes parallel text, "
-                     "one sentence a line; task.name='python_source' is a "
-                     "language-model task."):
-    tasks.require_kind(job_config('python_source'), ('text',), job='distill')

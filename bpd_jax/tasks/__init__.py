@@ -53,8 +53,7 @@ _JOBS = {
               ': python -m bpd_jax.evaluate reports its time per image and '
               'speedups'),
     'drafts': ('the draft job analyses text and language-model tasks', ''),
-    'distill': ('distillation writes parallel text, one sentence a line',
-                ''),
+    'distill': ('distillation writes text and language-model corpora', ''),
 }
 
 

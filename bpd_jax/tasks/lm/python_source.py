@@ -28,6 +28,9 @@ The task section's fields, besides name:
     files on the first run (WORKDIR/vocab.model) or an existing one.
   vocab_lines: lines of training code the vocabulary is trained on, a
     seeded sample (0: all).
+  distilled: '' or a directory `python -m bpd_jax.distill` wrote: the
+    training split is then the model's own continuations of the training
+    prompts (sequence-level distillation); the other splits stay the code.
 """
 
 import os
@@ -110,7 +113,8 @@ def read_source(path: str) -> str:
 def _check(config) -> None:
   task = config.task
   at_least(task, 'task', vocab_size=512, train_files=0, vocab_lines=0)
-  task_lib.check_model(config, train_prompt_len=0)
+  task_lib.check_model(config, train_prompt_len=(
+      task.max_source_len if task.get('distilled') else 0))
   if task.max_source_len >= task.max_target_len:
     raise ValueError(
         f'task.max_source_len={task.max_source_len} (the evaluation prompt) '
@@ -145,9 +149,16 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
       return task_lib.chunked(documents, config.max_target_len)
     return reader
 
-  splits = text_task.LazySplits({split: examples(split) for split in SPLITS})
-  return task_lib.LMTask(vocab, splits, eval_prompt_len=config.max_source_len,
-                         train_prompt_len=0, start_id=start_id)
+  readers = {split: examples(split) for split in SPLITS}
+  distilled = config.get('distilled', '')
+  if distilled:  # The model's own continuations of the training prompts.
+    readers['train'] = lambda: task_lib.read_distilled(distilled,
+                                                       vocab.vocab_size)
+  return task_lib.LMTask(
+      vocab, text_task.LazySplits(readers),
+      eval_prompt_len=config.max_source_len,
+      train_prompt_len=config.max_source_len if distilled else 0,
+      start_id=start_id)
 
 
 SPEC = spec.TaskSpec(name='python_source', kind='lm', load=_load,

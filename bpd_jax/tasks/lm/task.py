@@ -19,6 +19,8 @@ analysis and distillation read it the same way.
 
 import collections.abc
 import dataclasses
+import json
+import os
 from typing import Callable
 
 import numpy as np
@@ -206,3 +208,42 @@ def check_model(config, train_prompt_len: int) -> None:
         f'sequence ({training} positions) and a decode (start token, '
         f'{task.max_source_len}-token prompt, eval.max_len='
         f'{config.eval.max_len}, k - 1 more: {decoding}).')
+
+
+# A distilled LM corpus (bpd_jax.distill): the examples, and what they were
+# made with.
+DISTILLED_EXAMPLES, DISTILLED_INFO = 'train.npz', 'distilled.json'
+
+
+def write_distilled(directory: str, examples: batching.EncodedPairs,
+                    vocab_size: int) -> None:
+  """Saves a distilled training split (prompt, the model's continuation)
+  and the size of the vocabulary its ids are of."""
+  os.makedirs(directory, exist_ok=True)
+  examples.save(os.path.join(directory, DISTILLED_EXAMPLES))
+  with open(os.path.join(directory, DISTILLED_INFO), 'w') as f:
+    json.dump(dict(vocab_size=vocab_size, examples=len(examples)), f)
+
+
+def read_distilled(directory: str, vocab_size: int) -> batching.EncodedPairs:
+  """The distilled training split `write_distilled` saved in `directory`.
+
+  Raises:
+    FileNotFoundError: a file is missing.
+    ValueError: its ids are of another vocabulary than the task's.
+  """
+  paths = [os.path.join(directory, name)
+           for name in (DISTILLED_EXAMPLES, DISTILLED_INFO)]
+  for path in paths:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(
+          f'{path} not found: python -m bpd_jax.distill --output_dir='
+          f'{directory} writes a distilled language-model corpus.')
+  with open(paths[1]) as f:
+    info = json.load(f)
+  if info.get('vocab_size') != vocab_size:
+    raise ValueError(
+        f'the corpus in {directory} has ids of a {info.get("vocab_size")}-'
+        f'token vocabulary; the task\'s has {vocab_size}: give the task the '
+        f'vocabulary of the run that distilled it (task.vocab_path).')
+  return batching.EncodedPairs.load(paths[0])
