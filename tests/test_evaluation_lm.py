@@ -34,12 +34,16 @@ def setup():
 def test_perplexity_is_the_mean_likelihood_of_the_continuations():
   model, task, examples = setup()
   ppl, count = lm.perplexity(model, task.encoded('validation'), batch_size=4)
+  # By hand: each sequence right-padded to one length (causal attention:
+  # padding after a position does not change its logits), one forward pass.
+  sequences = [[model.config.bos_id] + p + c for p, c in examples]
+  length = max(map(len, sequences))
+  inputs = np.array([s + [0] * (length - len(s)) for s in sequences])
+  log_probs = np.asarray(jax.nn.log_softmax(
+      model.next_token_logits(model(None, inputs[:, :-1]))))
   total = 0.0
-  for prompt, continuation in examples:  # One at a time, by hand.
-    sequence = [model.config.bos_id] + prompt + continuation
-    hidden = model(None, np.array([sequence[:-1]]))
-    log_probs = jax.nn.log_softmax(model.next_token_logits(hidden))[0]
-    total -= sum(float(log_probs[len(prompt) + i, token])
+  for row, (prompt, continuation) in enumerate(examples):
+    total -= sum(float(log_probs[row, len(prompt) + i, token])
                  for i, token in enumerate(continuation))
   assert count == sum(len(c) for _, c in examples)
   np.testing.assert_allclose(ppl, math.exp(total / count), rtol=1e-4)

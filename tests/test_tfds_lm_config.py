@@ -41,8 +41,10 @@ def test_bad_options(arg, message):
     tfds_lm_config(arg)
 
 
-@pytest.mark.parametrize('dataset', ['squad', 'cnn_dailymail', 'xsum',
-                                     'lm1b'])
+# XSum takes CNN/DailyMail's path (a document, "Summary:"): slow only.
+@pytest.mark.parametrize('dataset', [
+    'squad', 'cnn_dailymail', pytest.param('xsum', marks=pytest.mark.slow),
+    'lm1b'])
 def test_runlocal_trains_and_reports(dataset, tmp_path):
   config = tfds_lm_config(f'runlocal,dataset={dataset}')
   config_checks.check(config)
