@@ -107,7 +107,7 @@ def get_config(arg=None):
   config.drafts = base.drafts_config(num_examples=20 if quick else 100,
                                      lm_steps=100 if quick else 1000)
   # The rescorers learn from the continuations of this many training
-  # examples (~1M tokens; all 90,000 would make a 9M-token trigram model).
+  # examples (~1M tokens of the ~29,000: a smaller trigram model, built fast).
   config.drafts.corpus_limit = 1_000 if quick else 10_000
   if heads_lib.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
