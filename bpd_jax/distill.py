@@ -100,10 +100,10 @@ def _distill_lm(config, model, task, output_dir, log, batch_size, mesh):
   for i, (inputs, real) in enumerate(batching.eval_batches(
       sources, batch_size, max_source_len)):
     result = decoder.greedy(inputs, max_len=config.eval.max_len)
-    tokens, lengths = (np.asarray(result.tokens)[:real],
-                       np.asarray(result.lengths)[:real])
-    for source, row, length in zip(sources[len(pairs):], tokens, lengths):
-      pairs.append((source[1:], row[:length]))  # Without the start token.
+    lengths = np.asarray(result.lengths)
+    for row, tokens in enumerate(np.asarray(result.tokens)[:real]):
+      prompt = sources[i * batch_size + row][1:]  # Without the start token.
+      pairs.append((prompt, tokens[:lengths[row]]))
     if i % 100 == 0:
       log(f'  {len(pairs)}/{len(sources)} prompts')
   if jax.process_index() == 0:

@@ -11,18 +11,17 @@ its perplexity.
 """
 
 import functools
-import json
 import math
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tabulate
 
 from bpd_jax import generate
 from bpd_jax import losses
 from bpd_jax import sharding
+from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
 from bpd_jax.evaluation import spec as spec_lib
@@ -134,11 +133,8 @@ def report(config, workdir: str, model, task, log=print) -> dict:
       num_examples=config.eval.num_examples, mesh=mesh, log=log)
   if jax.process_index() == 0:
     path = os.path.join(workdir, f'eval_{config.eval.split}.json')
-    with open(path, 'w') as f:
-      json.dump(dict(result, config=config.to_dict()), f, indent=2)
-    table = [['-' if row[c] is None else row[c] for c in COLUMNS]
-             for row in result['rows']]
-    log(tabulate.tabulate(table, headers=COLUMNS, tablefmt='github'))
+    outputs.save_json(path, result, config)
+    log(outputs.table(result['rows'], COLUMNS))
     log(f'{result["examples"]} prompts of {config.eval.split}, '
         f'{config.eval.max_len} tokens each; perplexity '
         f'{result["perplexity"]} over {result["scored_tokens"]} tokens. '

@@ -19,15 +19,14 @@ as the Transformer paper's multi-bleu figures did (which raises them), so
 those are not directly comparable.
 """
 
-import json
 import os
 
 import jax
 import sacrebleu
-import tabulate
 
 from bpd_jax import generate
 from bpd_jax import sharding
+from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
 from bpd_jax.evaluation import spec as spec_lib
@@ -116,14 +115,11 @@ def report(config, workdir: str, model, task, log=print) -> dict:
       num_examples=config.eval.num_examples, mesh=mesh, log=log)
   if jax.process_index() == 0:
     path = os.path.join(workdir, f'eval_{config.eval.split}.json')
-    with open(path, 'w') as f:
-      json.dump(dict(result, config=config.to_dict()), f, indent=2)
+    outputs.save_json(path, result, config)
     columns = COLUMNS
     if config.eval.get('tokenized_bleu'):
       columns = ('decoder', 'bleu', 'bleu_intl') + COLUMNS[2:]
-    table = [['-' if row[c] is None else row[c] for c in columns]
-             for row in result['rows']]
-    log(tabulate.tabulate(table, headers=columns, tablefmt='github'))
+    log(outputs.table(result['rows'], columns))
     log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '
         f'{result["bleu_signature"]}' + (
             f'; bleu_intl (tokenized, as t2t-bleu): '

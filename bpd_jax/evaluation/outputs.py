@@ -1,0 +1,18 @@
+"""What the text and language-model reports write and print."""
+
+import json
+
+import tabulate
+
+
+def save_json(path: str, result: dict, config) -> None:
+  """The report `result`, with the config it ran, as JSON at `path`."""
+  with open(path, 'w') as f:
+    json.dump(dict(result, config=config.to_dict()), f, indent=2)
+
+
+def table(rows: list[dict], columns) -> str:
+  """The rows' `columns` as a GitHub table, '-' where a value is None."""
+  cells = [['-' if row[c] is None else row[c] for c in columns]
+           for row in rows]
+  return tabulate.tabulate(cells, headers=columns, tablefmt='github')
