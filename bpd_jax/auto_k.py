@@ -6,11 +6,16 @@ the batch size (on a CPU it grows with k and with the batch, on an
 accelerator at batch 1 it barely does), the accepted blocks on the heads and
 the data. `AutoK` puts the two together:
 
-- Acceptance statistics, from one exact blockwise decode of calibration
-  inputs at the largest k (`tune_k`): per example, how many tokens
-  each call appended (j = 1..K). With a smaller k the same run of right
-  proposals is cut at k, so example i's mean block at k is estimated as
-  E_i[min(j, k)], and its calls as L_i / E_i[min(j, k)].
+- Acceptance statistics, from blockwise decodes of calibration inputs
+  (`tune_k`): per example, how many tokens each call appended (j = 1..K),
+  at the largest k and at each candidate k. A k that was not decoded is
+  estimated from the largest k's calls, each run of right proposals cut
+  at k: example i's mean block E_i[min(j, k)], its calls L_i / E_i[min(j,
+  k)]. The estimate runs low, and lower for the slowest examples of a
+  batch (a call that starts inside a long run of right proposals, as
+  calls at a smaller k do, is not seen by the largest k's decode):
+  measured on Multi30k it put greedy ahead at batch 8 where k = 2 ran
+  1.16x faster, so `tune_k` decodes every candidate.
 - Step costs T_B(k): the seconds of one iteration of the real decoding loop
   (model call, verification and bookkeeping) for every k at batch size B,
   measured on this machine the first time a batch shape is decoded
@@ -66,6 +71,9 @@ class AutoK:
       docstring); None: no tree candidates.
     tree_sizes: nodes of the candidate trees (each the most probable tree
       of that size).
+    appended_at: {k: [examples, k + 1]} the same counts of calibration
+      decodes at smaller k's (those k's statistics are then measured, not
+      estimated from `appended`).
   """
   appended: np.ndarray
   criterion: str = 'exact'
@@ -74,6 +82,7 @@ class AutoK:
   step_costs: dict = dataclasses.field(default_factory=dict)
   rank_probabilities: np.ndarray | None = None
   tree_sizes: tuple[int, ...] = ()
+  appended_at: dict = dataclasses.field(default_factory=dict)
   # {(batch, source_len, max_len): k or Tree}: a decode call looks it up.
   _choices: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -84,6 +93,14 @@ class AutoK:
       raise ValueError('appended must be [examples, max_k + 1] counts with '
                        f'at least one call an example; got shape '
                        f'{self.appended.shape}.')
+    self.appended_at = {int(k): np.asarray(counts, np.int64)
+                        for k, counts in self.appended_at.items()}
+    for k, counts in self.appended_at.items():
+      if not 1 < k < self.max_k or counts.shape != (len(self.appended),
+                                                      k + 1):
+        raise ValueError(f'appended_at[{k}] must be [{len(self.appended)}, '
+                         f'{k + 1}] counts of a k in [2, {self.max_k - 1}]; '
+                         f'got shape {counts.shape}.')
     if not 0 <= self.margin < 1:
       raise ValueError(f'margin={self.margin} must be in [0, 1).')
     if self.candidates is not None:
@@ -108,22 +125,34 @@ class AutoK:
                  for size in self.tree_sizes)
 
   def mean_block(self, candidate) -> np.ndarray:
-    """[examples] estimated tokens per call of each example with a block
-    size k, or a Tree."""
+    """[examples] tokens per call of each example with a block size k
+    (measured where `appended_at` has it), or a Tree (estimated)."""
     if isinstance(candidate, decoding.Tree):
       chain = decoding.Tree.chain(candidate.depth)
       gain = (candidate.expected_block(self.rank_probabilities)
               / chain.expected_block(self.rank_probabilities))
       return self.mean_block(candidate.depth + 1) * gain
+    counts = self.appended_at.get(candidate)
+    if counts is not None:
+      return (counts * np.arange(candidate + 1)).sum(axis=1) / counts.sum(
+          axis=1)
     j = np.arange(self.max_k + 1)
     return ((self.appended * np.minimum(j, candidate)).sum(axis=1)
             / self.appended.sum(axis=1))
 
+  def calls(self, candidate) -> np.ndarray:
+    """[examples] model calls of each example with a block size k (1:
+    greedy decoding), or a Tree."""
+    counts = self.appended_at.get(candidate)
+    if counts is not None:
+      return counts.sum(axis=1).astype(np.float64)
+    lengths = (self.appended * np.arange(self.max_k + 1)).sum(axis=1)
+    return lengths / self.mean_block(candidate)
+
   def expected_calls(self, candidate, batch_size: int) -> float:
     """Expected calls of a batch: its slowest example's, with block size
     k or a Tree."""
-    lengths = (self.appended * np.arange(self.max_k + 1)).sum(axis=1)
-    calls = lengths / self.mean_block(candidate)
+    calls = self.calls(candidate)
     draws = np.random.default_rng(0).integers(
         0, len(calls), (_DRAWS, batch_size))
     return float(calls[draws].max(axis=1).mean())
@@ -177,6 +206,8 @@ class AutoK:
                      else self.rank_probabilities.tolist())
     with open(path, 'w') as f:
       json.dump(dict(appended=self.appended.tolist(),
+                     appended_at={str(k): counts.tolist() for k, counts
+                                  in self.appended_at.items()},
                      criterion=self.criterion, margin=self.margin,
                      candidates=self.candidates, step_costs=costs,
                      rank_probabilities=probabilities,
@@ -194,7 +225,9 @@ class AutoK:
     tuning = cls(np.asarray(data['appended']), data['criterion'],
                  data['margin'], candidates and tuple(candidates),
                  rank_probabilities=data.get('rank_probabilities'),
-                 tree_sizes=tuple(data.get('tree_sizes', ())))
+                 tree_sizes=tuple(data.get('tree_sizes', ())),
+                 appended_at={int(k): counts for k, counts
+                              in data.get('appended_at', {}).items()})
     trees = {tree.spec: tree for tree in tuning.trees}
     tuning.step_costs = {
         (c['batch'], c['source_len'], c['max_len']):
@@ -207,7 +240,8 @@ class AutoK:
 def tune_k(decoder, inputs, *, max_len: int,
            criterion: decoding.Criterion = decoding.Exact(),
            batch_size: int = 8, margin: float = 0.05,
-           candidates=None, tree_sizes=(), top_t: int = 4) -> AutoK:
+           candidates=None, tree_sizes=(), top_t: int = 4,
+           every_k: bool = True) -> AutoK:
   """Acceptance statistics for k='auto', from a decode at the largest k.
 
   Args:
@@ -227,6 +261,9 @@ def tune_k(decoder, inputs, *, max_len: int,
       each the most probable tree of that size over the heads' top_t;
       exact verification of an encoder-decoder model only.
     top_t: candidates per head the trees may take.
+    every_k: decode the inputs at each candidate k below the largest too,
+      so that their statistics are measured rather than estimated (see
+      the module docstring); one more compiled decode each.
 
   Returns:
     AutoK; it measures this machine's step costs for each new batch shape
@@ -244,11 +281,21 @@ def tune_k(decoder, inputs, *, max_len: int,
                      f'{heads - 1} heads has 2 to '
                      f'{1 + sum(top_t ** d for d in range(1, heads))} '
                      f'nodes.')
-  options = decoding.DecodeOptions(max_len=max_len, k=heads,
-                                   criterion=criterion)
-  results = [decoder.decode(inputs[start:start + batch_size], options)
-             for start in range(0, len(inputs), batch_size)]
-  appended = np.concatenate([np.asarray(r.block_sizes) for r in results])
+
+  def decode(k):
+    options = decoding.DecodeOptions(max_len=max_len, k=k,
+                                     criterion=criterion)
+    return [decoder.decode(inputs[start:start + batch_size], options)
+            for start in range(0, len(inputs), batch_size)]
+
+  def histogram(results):
+    return np.concatenate([np.asarray(r.block_sizes) for r in results])
+
+  results = decode(heads)
+  appended = histogram(results)
+  smaller = sorted({k for k in (candidates or range(2, heads))
+                    if 1 < k < heads}) if every_k else []
+  appended_at = {k: histogram(decode(k)) for k in smaller}
   probabilities = None
   if tree_sizes:
     # Exact decoding's outputs are greedy's: the heads' ranks of the right
@@ -262,4 +309,4 @@ def tune_k(decoder, inputs, *, max_len: int,
     probabilities = predictions.rank_probabilities(top, outputs, lengths)
   return AutoK(appended, criterion.spec, margin, candidates,
                rank_probabilities=probabilities,
-               tree_sizes=tuple(tree_sizes))
+               tree_sizes=tuple(tree_sizes), appended_at=appended_at)

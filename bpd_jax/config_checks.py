@@ -39,6 +39,7 @@ def check(config) -> None:
   if not 0 <= train.head1_weight < 1:
     raise ValueError(f'train.head1_weight={train.head1_weight} must be in '
                      f'[0, 1).')
+  _check_base_learning_rate_scale(train)
   if not 0 <= train.get('input_dropout', 0.0) < 1:
     raise ValueError(f'train.input_dropout={train.input_dropout} must be in '
                      f'[0, 1).')
@@ -57,6 +58,18 @@ def check(config) -> None:
   if config.mesh.data_axis not in config.mesh.axes:
     raise ValueError(f'mesh.data_axis={config.mesh.data_axis!r} is not one '
                      f'of mesh.axes={tuple(config.mesh.axes)}.')
+
+
+def _check_base_learning_rate_scale(train) -> None:
+  scale = train.get('base_learning_rate_scale', 1.0)
+  if not 0 < scale <= 1:
+    raise ValueError(f'train.base_learning_rate_scale={scale} must be in '
+                     f'(0, 1].')
+  if scale != 1 and (train.freeze_base or not train.head_steps):
+    raise ValueError(f'train.base_learning_rate_scale={scale} applies only '
+                     f'when the heads phase fine-tunes the base: set '
+                     f'train.freeze_base=False and train.head_steps > 0, '
+                     f'or leave it at 1.0.')
 
 
 def _check_decoders(ev, model) -> None:

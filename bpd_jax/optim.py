@@ -64,20 +64,29 @@ def schedule(train_config, updates: int):
   raise ValueError(f'train.schedule={name!r} is not one of {SCHEDULES}.')
 
 
-def make_optimizer(train_config,
-                   updates: int = 0) -> optax.GradientTransformation:
+def make_optimizer(train_config, updates: int = 0, slow_mask=None,
+                   slow_scale: float = 1.0) -> optax.GradientTransformation:
   """Adam (beta2 0.98, eps 1e-9 as in the paper), clipping, accumulation.
 
   Args:
     train_config: the config's `train` section: schedule, learning_rate,
       warmup_steps, clip_norm (0: none), grad_accum_steps.
     updates: optimizer updates the schedule spans (see `schedule`).
+    slow_mask: params -> a tree of bools like them (optax.masked's mask):
+      the parameters whose updates are scaled by `slow_scale`, e.g. a
+      trained base fine-tuned beside new heads.
+    slow_scale: the factor on those parameters' learning rate; at 1.0 no
+      transform is added, so the optimizer state keeps its layout.
   """
   schedule_fn = schedule(train_config, updates)
   parts = []
   if train_config.clip_norm > 0:
     parts.append(optax.clip_by_global_norm(train_config.clip_norm))
   parts.append(optax.adam(schedule_fn, b1=0.9, b2=0.98, eps=1e-9))
+  if slow_scale != 1.0:
+    if slow_mask is None:
+      raise ValueError(f'slow_scale={slow_scale} needs a slow_mask.')
+    parts.append(optax.masked(optax.scale(slow_scale), slow_mask))
   tx = optax.chain(*parts)
   if train_config.grad_accum_steps > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=train_config.grad_accum_steps)

@@ -226,9 +226,7 @@ def train(config, workdir: str, log=print, evaluate=None):
                                              config.mesh.param_rules)
   # One optimizer a phase: each starts with fresh moments, and a linear
   # schedule decays to zero at the end of its own phase.
-  optimizers = {phase: optim.make_optimizer(train_config,
-                                            _updates(train_config, phase))
-                for phase in phases}
+  optimizers = {phase: _optimizer(train_config, phase) for phase in phases}
   checkpoints = checkpoints_lib.Checkpoints(
       os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints,
       log=log)
@@ -361,6 +359,24 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
 def _updates(train_config, phase) -> int:
   """Optimizer updates in a phase (micro-batches accumulate into one)."""
   return (phase.end - phase.start) // train_config.grad_accum_steps
+
+
+def _optimizer(train_config, phase: Phase) -> optax.GradientTransformation:
+  """The phase's optimizer. A heads phase that fine-tunes the base moves
+  the base at train.base_learning_rate_scale times the heads' rate: the
+  heads start from nothing, the base is already trained."""
+  fine_tunes_base = phase.name == 'heads' and not phase.heads_only
+  scale = train_config.get('base_learning_rate_scale', 1.0)
+  return optim.make_optimizer(
+      train_config, _updates(train_config, phase), slow_mask=_base_mask,
+      slow_scale=scale if fine_tunes_base else 1.0)
+
+
+def _base_mask(params):
+  """True on the base's parameters, False on the heads' (optax.masked)."""
+  heads, base = nnx.split_state(params, HEADS, ...)
+  return nnx.merge_state(jax.tree.map(lambda _: False, heads),
+                         jax.tree.map(lambda _: True, base))
 
 
 def _summarize(sums, steps, elapsed, train_config, phase, step) -> dict:

@@ -42,6 +42,9 @@ def get_config():
   train.head_steps = 1_000  # Phase 'heads': the heads (+ base if not frozen).
   train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
   train.head1_weight = 0.0  # Head 1's share of a fine-tuning loss (0: 1/k).
+  # A fine-tuned base learns at this fraction of the heads' rate (the heads
+  # are new, the base is trained); 1.0: one rate for all. Frozen base: 1.0.
+  train.base_learning_rate_scale = 1.0
   train.random_head = False  # One random head a step (True) or the mean of all.
   # Heads after head 1 learn from this fraction of each row's positions, a
   # new sample each step (losses.heads_loss): their layers and vocabulary

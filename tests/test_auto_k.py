@@ -44,11 +44,14 @@ def test_choice_follows_the_step_costs():
 
 
 def test_save_and_load(tmp_path):
-  tuning = auto_k.AutoK(APPENDED, 'top-k:2', 0.1, (2, 4))
+  tuning = auto_k.AutoK(APPENDED, 'top-k:2', 0.1, (2, 4),
+                        appended_at={2: np.array([[0, 0, 4], [0, 3, 0]])})
   tuning.step_costs[(8, 12, 30)] = {1: 0.5, 2: 0.7, 4: 0.9}
   tuning.save(tmp_path / 'auto_k.json')
   loaded = auto_k.AutoK.load(tmp_path / 'auto_k.json')
   np.testing.assert_array_equal(loaded.appended, APPENDED)
+  np.testing.assert_array_equal(loaded.appended_at[2],
+                                tuning.appended_at[2])
   assert (loaded.criterion, loaded.margin, loaded.candidates) == (
       'top-k:2', 0.1, (1, 2, 4))
   assert loaded.step_costs == tuning.step_costs
@@ -81,10 +84,36 @@ def test_tune_k_records_each_examples_blocks_at_the_largest_k(head_layer):
   largest k's, so that decode's blocks give every k's statistics."""
   model, inputs = model_and_inputs(head_layer)
   decoder = generate.Decoder(model)
-  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3)
-  assert tuning.appended.shape == (4, 4)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3,
+                         every_k=False)
+  assert tuning.appended.shape == (4, 4) and not tuning.appended_at
   reference = decoder.blockwise(inputs, k=3, max_len=12)
   np.testing.assert_array_equal(tuning.appended, reference.block_sizes)
+
+
+def test_tune_k_measures_each_smaller_candidate():
+  model, inputs = model_and_inputs()
+  decoder = generate.Decoder(model)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=4)
+  assert list(tuning.appended_at) == [2]
+  at_2 = decoder.blockwise(inputs, k=2, max_len=12)
+  np.testing.assert_array_equal(tuning.appended_at[2], at_2.block_sizes)
+  np.testing.assert_allclose(tuning.calls(2),
+                             np.asarray(at_2.model_calls))
+  np.testing.assert_allclose(tuning.mean_block(2), np.asarray(
+      at_2.lengths) / np.asarray(at_2.model_calls))
+
+
+def test_measured_blocks_replace_the_estimate():
+  # Example 0's calls at k=2 were measured: 3 calls (2 + 2 + 1 of its
+  # 5 tokens), not 5 / 2 from the k=4 decode's blocks cut at 2.
+  tuning = auto_k.AutoK(np.array([[0, 1, 0, 0, 1], [0, 3, 0, 0, 0]]),
+                        appended_at={2: np.array([[0, 1, 2], [0, 3, 0]])})
+  np.testing.assert_allclose(tuning.mean_block(2), [5 / 3, 1])
+  np.testing.assert_allclose(tuning.calls(2), [3, 3])
+  np.testing.assert_allclose(tuning.mean_block(3), [2.0, 1])  # Estimated.
+  with pytest.raises(ValueError, match=r'appended_at\[4\] must be'):
+    auto_k.AutoK(APPENDED, appended_at={4: np.zeros((2, 5))})
 
 
 def test_auto_decodes_with_the_k_the_costs_favour():

@@ -49,6 +49,8 @@ def test_a_config_at_every_limit_passes():
     ('train', 'head_position_fraction', 1.5,
      r'train.head_position_fraction=1.5 must be in \(0, 1\]'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
+    ('train', 'base_learning_rate_scale', 0.0,
+     r'train.base_learning_rate_scale=0.0 must be in \(0, 1\]'),
     ('train', 'schedule', 'cosine', "train.schedule='cosine' is not one of"),
     ('eval', 'ks', (2, 9), r'eval \(ks=\(2, 9\).*k=9 must be an integer in '
      r'\[1, 8\]'),
@@ -166,4 +168,14 @@ def test_bad_image_task_fields(name, field, value, message):
   config = image_config(name)
   config.task[field] = value
   with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+
+
+def test_a_base_learning_rate_scale_needs_a_fine_tuned_base():
+  config = demo_config()
+  config.train.base_learning_rate_scale = 0.4
+  config_checks.check(config)  # The demo fine-tunes its base.
+  config.train.freeze_base = True
+  with pytest.raises(ValueError, match='base_learning_rate_scale=0.4 applies '
+                     'only when the heads phase fine-tunes the base'):
     config_checks.check(config)

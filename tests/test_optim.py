@@ -1,5 +1,6 @@
 """The learning-rate schedule and the optimizer chain."""
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -71,3 +72,25 @@ def test_gradient_accumulation_updates_every_k_steps():
     params = optax.apply_updates(params, updates)
     moved.append(bool(jnp.any(updates['w'] != 0)))
   assert moved == [False, False, True, False, False, True]
+
+
+def test_slow_parameters_move_at_the_scaled_rate():
+  params = {'base': jnp.zeros(2), 'heads': jnp.zeros(2)}
+  grads = {'base': jnp.array([1.0, -2.0]), 'heads': jnp.array([3.0, -1.0])}
+  tx = optim.make_optimizer(
+      config(clip_norm=0.0), slow_scale=0.25,
+      slow_mask=lambda p: {'base': True, 'heads': False})
+  updates, _ = tx.update(grads, tx.init(params), params)
+  # Adam's first step is lr * sign(g): a quarter of it on the base.
+  np.testing.assert_allclose(updates['base'], [-0.025, 0.025], atol=1e-6)
+  np.testing.assert_allclose(updates['heads'], [-0.1, 0.1], atol=1e-6)
+  with pytest.raises(ValueError, match='slow_scale=0.25 needs a slow_mask'):
+    optim.make_optimizer(config(), slow_scale=0.25)
+
+
+def test_an_unscaled_optimizer_keeps_its_state_layout():
+  params = {'w': jnp.zeros(2)}
+  plain = optim.make_optimizer(config())
+  unscaled = optim.make_optimizer(config(), slow_mask=lambda p: {'w': True})
+  assert (jax.tree.structure(plain.init(params))
+          == jax.tree.structure(unscaled.init(params)))

@@ -286,3 +286,28 @@ def test_warm_start_from_a_missing_run(tmp_path):
                                   init_from=str(tmp_path / 'none')))
   with pytest.raises(FileNotFoundError, match='no checkpoint in'):
     train.train(config, str(tmp_path / 'run'), log=quiet)
+
+
+@pytest.mark.parametrize('freeze_base', [False, True])
+def test_a_fine_tuned_base_moves_at_its_scaled_rate(freeze_base):
+  config = tiny_config(train=dict(base_steps=6, head_steps=4,
+                                  freeze_base=freeze_base, clip_norm=0.0,
+                                  base_learning_rate_scale=0.25))
+  model = Transformer(factory.model_config_from(config, 64),
+                      rngs=nnx.Rngs(0))
+  _, heads_phase = train.plan_phases(config.train, model.config)
+  params = nnx.state(model, nnx.Param)
+  trainable = (nnx.split_state(params, train.HEADS, ...)[0] if freeze_base
+               else params)
+  tx = train._optimizer(config.train, heads_phase)
+  grads = jax.tree.map(jnp.ones_like, trainable)
+  updates, _ = tx.update(grads, tx.init(trainable), trainable)
+  # Adam's first step is -lr(0) * sign(g): the base at a quarter of it
+  # when fine-tuned; a frozen base is not trained at all.
+  lr = config.train.learning_rate / config.train.warmup_steps
+  moved = flat(updates, heads=False)
+  assert bool(moved) != freeze_base
+  for name, value in moved.items():
+    np.testing.assert_allclose(value, -0.25 * lr, rtol=1e-5, err_msg=name)
+  for name, value in flat(updates, heads=True).items():
+    np.testing.assert_allclose(value, -lr, rtol=1e-5, err_msg=name)
