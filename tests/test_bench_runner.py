@@ -152,6 +152,10 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
   assert [(row['decoder'], row['k'], row['tree']) for row in rows] == [
       ('greedy', 1, None), ('blockwise', 3, None),
       ('blockwise', 3, 'tree:5'), ('auto', 3, 'tree:4')]
+  # The auto row shows the costs it chose by; the others have none.
+  assert rows[-1]['auto_iteration_ms'] == {'1': 9000.0, '3': 9000.0,
+                                           'tree:4': 1000.0}
+  assert all(row['auto_iteration_ms'] is None for row in rows[:-1])
   for row in rows[2:]:
     assert row['identical_to_greedy'] == 1.0 and row['recompiles'] == 0
     # A tree's call scores its nodes: no k-position bound.

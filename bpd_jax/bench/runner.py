@@ -51,7 +51,7 @@ COLUMNS = (
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
     'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
-    'memory_vs_greedy',
+    'memory_vs_greedy', 'auto_iteration_ms',
     'recompiles')
 
 
@@ -216,6 +216,11 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, max_len,
                                                      3),
         peak_memory_mb=_significant(peaks[options] / 2**20),
         memory_vs_greedy=round(peaks[options] / peaks[decoded[0]], 3),
+        # What auto measured for each candidate at this shape and chose by
+        # (its own timings, beside this table's): a wrong choice shows here.
+        auto_iteration_ms=(_auto_costs(tuning, (batch_size, source_len,
+                                                max_len))
+                           if setting.kind == 'auto' else None),
         recompiles=run.recompiles))
     efficiency = rows[-1]['efficiency']
     progress(f'batch {batch_size}: {setting.name:<20} {wall:8.3f} s  '
@@ -240,6 +245,14 @@ def _decoded(setting: DecoderSpec, tuning, shape,
   return decoding.DecodeOptions(max_len=max_len, k=choice,
                                 criterion=criterion,
                                 min_block=setting.min_block)
+
+
+def _auto_costs(tuning, shape) -> dict:
+  """{candidate: ms of one loop iteration} as k='auto' measured them ('1':
+  greedy decoding, 'tree:...' a tree)."""
+  return {(c.spec if isinstance(c, decoding.Tree) else str(c)):
+          _significant(seconds * 1e3)
+          for c, seconds in tuning.step_costs[shape].items()}
 
 
 def _kind(setting: DecoderSpec) -> str:

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The bench on an accelerator in one go: does a k-position call cost about
+# what a 1-position call costs there (the paper's premise), and what do the
+# trained Multi30k heads give at batch 1 and 32?
+#
+#   scripts/accelerator_bench.sh DATA RUNS OUT
+#
+# DATA: the Multi30k text (train.en/.de, val.en/.de); RUNS: the Multi30k
+# runs of the README (RUNS/base, and whichever head runs exist among
+# RUNS/independent, RUNS/sequential, RUNS/draft_layer,
+# RUNS/distilled_finetuned, RUNS/distilled_sequential; their distilled
+# runs read RUNS/distilled); OUT: one bench folder per setting
+# (bench.json/.md/.png) and bench.log.
+#
+# First a Transformer-base-size model (6+6 layers, d_model 512, d_ff 2048)
+# with random weights and each head type: step costs T(k) at batch 1 and
+# 32 (random heads accept next to nothing; the costs are the point). Then
+# each trained run at batch 1 and 32 with k = 2, 4, 8 and 'auto'. Each
+# bench is cut at BENCH_TIMEOUT seconds (default 120) so that the whole
+# fits a short lease; QUICK=1 runs the bench's --quick instead (a CPU
+# check of the script: about 10 minutes on 2 cores).
+set -uo pipefail
+if [ "$#" -ne 3 ]; then
+  echo "usage: $0 DATA RUNS OUT" >&2
+  exit 2
+fi
+DATA=$1 RUNS=$2 OUT=$3
+for needed in "$DATA/val.en" "$RUNS/base/vocab.model"; do
+  if [ ! -e "$needed" ]; then
+    echo "$0: $needed is missing" >&2
+    exit 2
+  fi
+done
+mkdir -p "$OUT"
+LOG="$OUT/bench.log"
+LIMIT=${BENCH_TIMEOUT:-120}
+if [ "${QUICK:-0}" = 1 ]; then
+  SWEEP=(--quick)
+else
+  SWEEP=(--batch_sizes=1,32 --ks=2,4,8 --criteria=exact --examples=128
+         --calibration_examples=64)
+fi
+
+bench() {  # NAME CONFIG_OPTIONS [FLAGS...]
+  local name=$1 options=$2
+  shift 2
+  echo "== $name $(date +%H:%M:%S)" | tee -a "$LOG"
+  timeout "$LIMIT" python -m bpd_jax.bench \
+      --config="configs/multi30k.py:data_dir=$DATA,$options" \
+      --output_dir="$OUT/$name" "${SWEEP[@]}" "$@" >> "$LOG" 2>&1
+  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+}
+
+python -c 'import jax; print(jax.devices())' | tee -a "$LOG"
+BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
+           --config.model.num_encoder_layers=6
+           --config.model.num_decoder_layers=6
+           --config.model.head_hidden=512
+           --config.task.vocab_path="$RUNS/base/vocab.model")
+for heads in independent sequential autoregressive; do
+  bench "random_base_$heads" "heads=$heads" --init=random \
+      --workdir="$OUT/random_base_$heads" "${BASE_SIZE[@]}"
+done
+
+# name:options, each a run of the README's Multi30k section.
+for run in independent: sequential:heads=sequential \
+    draft_layer:heads=autoregressive \
+    distilled_finetuned:distilled=$RUNS/distilled,base=finetuned \
+    distilled_sequential:distilled=$RUNS/distilled,base=finetuned,heads=sequential; do
+  name=${run%%:*} options=${run#*:}
+  if [ -d "$RUNS/$name/checkpoints" ]; then
+    bench "$name" "init_from=$RUNS/base${options:+,$options}" \
+        --workdir="$RUNS/$name"
+  fi
+done
+echo "Wrote $OUT (bench.log, one folder per setting)." | tee -a "$LOG"
