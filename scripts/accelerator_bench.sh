@@ -7,9 +7,9 @@
 #
 # DATA: the Multi30k text (train.en/.de, val.en/.de); RUNS: the Multi30k
 # runs of the README (RUNS/base, and whichever head runs exist among
-# RUNS/independent, RUNS/sequential, RUNS/draft_layer,
-# RUNS/distilled_finetuned, RUNS/distilled_sequential; their distilled
-# runs read RUNS/distilled); OUT: one bench folder per setting
+# RUNS/sequential, RUNS/draft_layer, RUNS/distilled_finetuned,
+# RUNS/distilled_frozen_sequential, RUNS/distilled_sequential; the
+# distilled ones read RUNS/distilled); OUT: one bench folder per setting
 # (bench.json/.md/.png) and bench.log.
 #
 # First a Transformer-base-size model (6+6 layers, d_model 512, d_ff 2048)
@@ -17,8 +17,10 @@
 # 32 (random heads accept next to nothing; the costs are the point). Then
 # each trained run at batch 1 and 32 with k = 2, 4, 8 and 'auto'. Each
 # bench is cut at BENCH_TIMEOUT seconds (default 120) so that the whole
-# fits a short lease; QUICK=1 runs the bench's --quick instead (a CPU
-# check of the script: about 10 minutes on 2 cores).
+# fits a short lease. PARTS=random or PARTS=trained runs one part only;
+# QUICK=1 runs the bench's --quick instead (a CPU check of the script:
+# PARTS=trained QUICK=1 takes a few minutes on 2 cores, the random
+# base-size models an hour).
 set -uo pipefail
 if [ "$#" -ne 3 ]; then
   echo "usage: $0 DATA RUNS OUT" >&2
@@ -46,7 +48,7 @@ bench() {  # NAME CONFIG_OPTIONS [FLAGS...]
   shift 2
   echo "== $name $(date +%H:%M:%S)" | tee -a "$LOG"
   timeout "$LIMIT" python -m bpd_jax.bench \
-      --config="configs/multi30k.py:data_dir=$DATA,$options" \
+      --config="configs/multi30k.py:data_dir=$DATA${options:+,$options}" \
       --output_dir="$OUT/$name" "${SWEEP[@]}" "$@" >> "$LOG" 2>&1
   echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
 }
@@ -57,20 +59,26 @@ BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
            --config.model.num_decoder_layers=6
            --config.model.head_hidden=512
            --config.task.vocab_path="$RUNS/base/vocab.model")
+PARTS=${PARTS:-random trained}
+[[ " $PARTS " == *" random "* ]] &&
 for heads in independent sequential autoregressive; do
   bench "random_base_$heads" "heads=$heads" --init=random \
       --workdir="$OUT/random_base_$heads" "${BASE_SIZE[@]}"
 done
 
-# name:options, each a run of the README's Multi30k section.
-for run in independent: sequential:heads=sequential \
+# name:options, each a run of the README's Multi30k section (RUNS/base:
+# the base with the paper's heads, trained by the section's first command).
+[[ " $PARTS " == *" trained "* ]] &&
+for run in base: sequential:heads=sequential \
     draft_layer:heads=autoregressive \
     distilled_finetuned:distilled=$RUNS/distilled,base=finetuned \
+    distilled_frozen_sequential:distilled=$RUNS/distilled,heads=sequential \
     distilled_sequential:distilled=$RUNS/distilled,base=finetuned,heads=sequential; do
   name=${run%%:*} options=${run#*:}
-  if [ -d "$RUNS/$name/checkpoints" ]; then
-    bench "$name" "init_from=$RUNS/base${options:+,$options}" \
-        --workdir="$RUNS/$name"
+  if [ "$name" = base ]; then
+    bench base "" --workdir="$RUNS/base"
+  elif [ -d "$RUNS/$name/checkpoints" ]; then
+    bench "$name" "init_from=$RUNS/base,$options" --workdir="$RUNS/$name"
   fi
 done
 echo "Wrote $OUT (bench.log, one folder per setting)." | tee -a "$LOG"
