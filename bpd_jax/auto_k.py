@@ -242,7 +242,7 @@ def tune_k(decoder, inputs, *, max_len: int,
            batch_size: int = 8, margin: float = 0.05,
            candidates=None, tree_sizes=(), top_t: int = 4,
            every_k: bool = True) -> AutoK:
-  """Acceptance statistics for k='auto', from a decode at the largest k.
+  """Acceptance statistics for k='auto', from decodes at the candidate k's.
 
   Args:
     decoder: a `generate.Decoder` of the model (its compiled programs are
