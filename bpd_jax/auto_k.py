@@ -51,6 +51,20 @@ from bpd_jax import predictions
 _DRAWS = 512
 
 
+def candidate_name(candidate) -> str:
+  """A candidate as saved and reported: '2' for k = 2 ('1': greedy
+  decoding), a Tree's spec ('tree:N')."""
+  if isinstance(candidate, decoding.Tree):
+    return candidate.spec
+  return str(candidate)
+
+
+def _tokens(counts: np.ndarray) -> np.ndarray:
+  """[examples] tokens of each example from its [examples, k + 1] counts
+  of calls that appended j tokens."""
+  return (counts * np.arange(counts.shape[1])).sum(axis=1)
+
+
 @dataclasses.dataclass
 class AutoK:
   """Acceptance statistics of a model's heads, and this machine's step costs.
@@ -134,8 +148,7 @@ class AutoK:
       return self.mean_block(candidate.depth + 1) * gain
     counts = self.appended_at.get(candidate)
     if counts is not None:
-      return (counts * np.arange(candidate + 1)).sum(axis=1) / counts.sum(
-          axis=1)
+      return _tokens(counts) / counts.sum(axis=1)
     j = np.arange(self.max_k + 1)
     return ((self.appended * np.minimum(j, candidate)).sum(axis=1)
             / self.appended.sum(axis=1))
@@ -146,8 +159,7 @@ class AutoK:
     counts = self.appended_at.get(candidate)
     if counts is not None:
       return counts.sum(axis=1).astype(np.float64)
-    lengths = (self.appended * np.arange(self.max_k + 1)).sum(axis=1)
-    return lengths / self.mean_block(candidate)
+    return _tokens(self.appended) / self.mean_block(candidate)
 
   def expected_calls(self, candidate, batch_size: int) -> float:
     """Expected calls of a batch: its slowest example's, with block size
@@ -198,9 +210,8 @@ class AutoK:
   def save(self, path: str) -> None:
     """Writes the statistics and the measured costs as JSON (a tree's
     cost under 'tree:N', N its nodes)."""
-    name = lambda c: c.spec if isinstance(c, decoding.Tree) else str(c)
     costs = [dict(batch=b, source_len=s, max_len=m,
-                  seconds={name(c): v for c, v in cost.items()})
+                  seconds={candidate_name(c): v for c, v in cost.items()})
              for (b, s, m), cost in self.step_costs.items()]
     probabilities = (None if self.rank_probabilities is None
                      else self.rank_probabilities.tolist())

@@ -250,8 +250,7 @@ def _decoded(setting: DecoderSpec, tuning, shape,
 def _auto_costs(tuning, shape) -> dict:
   """{candidate: ms of one loop iteration} as k='auto' measured them ('1':
   greedy decoding, 'tree:...' a tree)."""
-  return {(c.spec if isinstance(c, decoding.Tree) else str(c)):
-          _significant(seconds * 1e3)
+  return {auto_k.candidate_name(c): _significant(seconds * 1e3)
           for c, seconds in tuning.step_costs[shape].items()}
 
 
