@@ -5,6 +5,7 @@ must be, so a typo in a sweep fails in a second rather than after training.
 """
 
 from bpd_jax import decoding
+from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import tasks
 from bpd_jax.models import factory
@@ -44,6 +45,7 @@ def check(config) -> None:
     raise ValueError(f'train.input_dropout={train.input_dropout} must be in '
                      f'[0, 1).')
   _check_head_positions(train, model)
+  _check_head_targets(train, model)
   if train.clip_norm < 0:
     raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
   criteria = ev.get('criteria')
@@ -112,6 +114,22 @@ def _check_head_positions(train, model) -> None:
                      f'autoregressive draft layer attends over every '
                      f'position, so its positions cannot be sampled; set '
                      f'it to 1.0.')
+
+
+def _check_head_targets(train, model) -> None:
+  """train.head_targets and train.draft_inputs: known, and where they act."""
+  targets = train.get('head_targets', 'data')
+  if targets not in losses.HEAD_TARGETS:
+    raise ValueError(f'train.head_targets={targets!r} is not one of '
+                     f'{losses.HEAD_TARGETS}.')
+  inputs = train.get('draft_inputs', 'data')
+  if inputs not in losses.DRAFT_INPUTS:
+    raise ValueError(f'train.draft_inputs={inputs!r} is not one of '
+                     f'{losses.DRAFT_INPUTS}.')
+  if inputs != 'data' and not heads_lib.dependent(model.head_layer):
+    raise ValueError(f'train.draft_inputs={inputs!r}: '
+                     f'head_layer={model.head_layer!r} heads read no '
+                     f'earlier drafts; set it to \'data\'.')
 
 
 def _check_task_fits(task, model) -> None:

@@ -46,6 +46,15 @@ def check_choice(options: dict, name: str, choices) -> None:
                      f'{tuple(choices)}.')
 
 
+def layers(value: str) -> tuple[int, ...]:
+  """'0+2' -> (0, 2): a list of layers in one option ('': none)."""
+  try:
+    return tuple(int(part) for part in value.split('+') if part)
+  except ValueError:
+    raise ValueError(f'config option value {value!r} is not layer numbers '
+                     f"joined by '+' (e.g. 0+2).") from None
+
+
 def sibling(config_file: str, name: str):
   """The config module NAME.py in the directory of `config_file`.
 

@@ -15,6 +15,11 @@ from flax import nnx
 
 from bpd_jax.tasks import token_ids
 
+# What the heads after head 1 learn (`heads_loss`'s head_targets).
+HEAD_TARGETS = ('data', 'base')
+# What the dependent heads read as the earlier heads' drafts (draft_inputs).
+DRAFT_INPUTS = ('data', 'own')
+
 
 def shift_right(target: jax.Array, bos_id: int) -> jax.Array:
   """Decoder input: [batch, length] target -> bos_id, target[:-1]."""
@@ -73,7 +78,8 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                label_smoothing: float, random_head: bool,
                dropout_key: jax.Array, head_key: jax.Array,
                head1_weight: float = 0.0, input_dropout: float = 0.0,
-               position_fraction: float = 1.0):
+               position_fraction: float = 1.0, head_targets: str = 'data',
+               draft_inputs: str = 'data'):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -103,6 +109,20 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       cost, and a row's neighbouring positions teach them much the same:
       at 1/4 of the positions a step costs ~0.6x as much. Not with
       `random_head`, nor with the draft layer (it reads every position).
+    head_targets: what the heads after head 1 learn (one of HEAD_TARGETS):
+      'data', the true tokens (label-smoothed); or 'base', the base
+      model's own next-token distribution at the position they predict
+      (self-distillation, as EAGLE and Medusa-2 train): verification
+      accepts the base's tokens, not the data's. The base's distribution
+      comes from a pass without dropout, with no gradient. Head 1, when
+      trained, always learns the data.
+    draft_inputs: what the dependent heads (sequential, autoregressive)
+      read as the tokens drafted before theirs (one of DRAFT_INPUTS):
+      'data', the true tokens (teacher forcing); or 'own', the tokens the
+      heads before them (from head 2 on) would have drafted there (the
+      argmax of their states; the training-time test of HASS and EAGLE-3),
+      which is what they read when decoding. Head 1's token is the base's,
+      always accepted: part of the prefix, the data in training.
 
   The autoregressive draft layer's heads are its drafting steps; its loss
   adds `draft_feature_loss`, the regression of each step's state to the
@@ -128,12 +148,20 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
         decoder_input.shape).at[:, 0].set(False)
     decoder_input = jnp.where(hidden_token, model.config.pad_id,
                               decoder_input)
-  hidden = model(source, decoder_input, dropout_rngs=rngs)
+  outputs = model.run(source, decoder_input, dropout_rngs=rngs)
+  hidden = outputs.hidden
   # Sequential heads read the true tokens before theirs (teacher forcing);
   # the other head layers ignore them (and XLA drops the unused slices).
   next_tokens = shifted_targets(tokens, 0, max(first + count - 1, 1),
                                 model.config.pad_id)
   labels = shifted_targets(target, first, count, model.config.pad_id)
+  own_drafts = draft_inputs == 'own'
+  soft = None  # [batch, T, count, vocab] the base's distributions, or None.
+  if head_targets == 'base':
+    clean = (hidden if rngs is None else model.run(
+        source, shift_right(tokens, model.config.bos_id)).hidden)
+    base_logits = model.head_logits(clean, 0, 1, next_tokens)[:, :, 0]
+    soft = base_targets(jax.lax.stop_gradient(base_logits), first, count)
   weights = head_weights(first, count, head1_weight)
   heads = first + jnp.arange(count)
   if position_fraction < 1 and count > int(first == 0):
@@ -145,19 +173,23 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     whole = int(first == 0)
     rows = sampled_positions(head_key, target, position_fraction,
                              model.config.pad_id)[..., None]  # [batch, n, 1]
-    take = lambda x: jnp.take_along_axis(x, rows, axis=1)
+    take = lambda x: jnp.take_along_axis(
+        x, rows.reshape(rows.shape + (1,) * (x.ndim - 3)), axis=1)
     groups = [(model.head_states(take(hidden), first + whole, count - whole,
-                                 take(next_tokens)),
-               take(labels[..., whole:]))]
+                                 take(next_tokens), own_drafts),
+               take(labels[..., whole:]),
+               None if soft is None else take(soft[:, :, whole:]))]
     if whole:
       groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
-                        labels[..., :1]))
+                        labels[..., :1],
+                        None if soft is None else soft[:, :, :1]))
     sums = [jnp.concatenate(parts) for parts in zip(*(
-        _head_sums(model, states, group_labels, label_smoothing)
-        for states, group_labels in groups))]
+        _head_sums(model, *group, label_smoothing=label_smoothing)
+        for group in groups))]
     feature_loss = 0.0
   else:
-    states = model.head_states(hidden, first, count, next_tokens)
+    states = model.head_states(outputs, first, count, next_tokens,
+                               own_drafts)
     # states: [batch, T, count, d_model]
     feature_loss = (draft_feature_loss(states, first, hidden, target,
                                        model.config.pad_id)
@@ -167,9 +199,12 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       drawn = jax.random.choice(head_key, count, p=weights)
       states = jnp.take(states, drawn[None], axis=2)
       labels = jnp.take(labels, drawn[None], axis=2)
+      if soft is not None:
+        soft = jnp.take(soft, drawn[None], axis=2)
       heads = first + drawn[None]
       weights = jnp.ones((1,))
-    sums = _head_sums(model, states, labels, label_smoothing)
+    sums = _head_sums(model, states, labels, soft,
+                      label_smoothing=label_smoothing)
   loss_sum, correct, tokens = sums
   per_head_loss = loss_sum / jnp.maximum(tokens, 1.0)
   num_heads = model.config.num_proposal_heads
@@ -218,14 +253,47 @@ def sampled_positions(key: jax.Array, target: jax.Array, fraction: float,
   return jax.lax.top_k(scores, count)[1]
 
 
+def base_targets(base_logits: jax.Array, first: int,
+                 count: int) -> jax.Array:
+  """The base's distributions as the targets of heads first ..
+  first+count-1: [batch, T, count, vocab].
+
+  Head i (0-based) at position t predicts token t + i, which the base
+  predicts at position t + i: its target is softmax(base_logits[:, t + i])
+  (zeros past the end, where the labels are padding). Head 0 is the base
+  itself: its column is zeros, which `_head_sums` reads as "learn the
+  data" (the base distilled into itself learns nothing).
+
+  Args:
+    base_logits: [batch, T, vocab] the base's next-token logits (no
+      gradient).
+    first, count: the heads.
+  """
+  probs = jax.nn.softmax(base_logits.astype(jnp.float32), -1)
+  length = probs.shape[1]
+  padded = jnp.pad(probs, ((0, 0), (0, first + count), (0, 0)))
+  targets = [padded[:, first + j:first + j + length] for j in range(count)]
+  if first == 0:
+    targets[0] = jnp.zeros_like(targets[0])
+  return jnp.stack(targets, axis=2)
+
+
 def _head_sums(model, states: jax.Array, labels: jax.Array,
-               label_smoothing: float):
+               soft: jax.Array | None = None, *, label_smoothing: float):
   """Per-head sums over the batch of the loss, correct argmaxes and label
   tokens, each [heads], from states [batch, n, heads, d_model] and labels
-  [batch, n, heads]."""
+  [batch, n, heads]; with `soft` ([batch, n, heads, vocab], `base_targets`
+  of the same heads) the heads after head 1 learn those distributions
+  (cross-entropy, no smoothing) and `correct` still counts the labels."""
   logits = model.logits(states)  # [batch, n, heads, vocab]
   mask = (labels != model.config.pad_id).astype(jnp.float32)
-  losses = token_losses(logits, labels, label_smoothing) * mask
+  losses = token_losses(logits, labels, label_smoothing)
+  if soft is not None:
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    soft_losses = -(soft * log_probs).sum(-1)
+    # Head 1's column is zeros (`base_targets`): it keeps the data.
+    losses = jnp.where(soft.sum(-1) > 0, soft_losses, losses)
+  losses = losses * mask
   correct = (jnp.argmax(logits, -1) == labels) * mask
   return losses.sum((0, 1)), correct.sum((0, 1)), mask.sum((0, 1))
 

@@ -42,26 +42,61 @@ def head_predictions(model: Transformer, sources: np.ndarray,
 def _predict(model, sources, outputs, heads, top_t):
   config = model.config
   if config.is_encoder_decoder:
-    decoder_input = jnp.concatenate(
-        [jnp.full((outputs.shape[0], 1), config.bos_id, outputs.dtype),
-         outputs[:, :-1]], axis=1)
-    hidden = model(sources, decoder_input)
+    decoder_input = losses.shift_right(outputs, config.bos_id)
+    # Heads that read earlier proposals are fed the greedy tokens: the
+    # drafts a decoder sees up to a draft's first miss, all acceptance reads.
+    next_tokens = losses.shifted_targets(outputs, 0, max(heads - 1, 1),
+                                         config.pad_id)
+    logits = model.head_logits(model.run(sources, decoder_input), 0, heads,
+                               next_tokens)
   else:
     # The prompt, then the outputs; output i is predicted at the position
-    # before it, prompt length - 1 + i.
+    # before it, prompt length - 1 + i. The heads run over the whole
+    # sequence (a draft layer attends to the prompt's entries too).
     tokens, _ = losses.decoder_only_sequence(sources, outputs, config.pad_id)
+    next_tokens = losses.shifted_targets(tokens, 1, max(heads - 1, 1),
+                                         config.pad_id)
+    logits = model.head_logits(model.run(None, tokens), 0, heads,
+                               next_tokens)
     prompt_lengths = (sources != config.pad_id).sum(1, keepdims=True)
     positions = prompt_lengths - 1 + jnp.arange(outputs.shape[1])[None]
-    hidden = jnp.take_along_axis(model(None, tokens), positions[..., None],
-                                 axis=1)
-  # Heads that read earlier proposals are fed the greedy tokens: the drafts
-  # a decoder sees up to a draft's first miss, all that acceptance reads.
-  next_tokens = losses.shifted_targets(outputs, 0, max(heads - 1, 1),
-                                       config.pad_id)
-  logits = model.head_logits(hidden, 0, heads, next_tokens)
+    logits = jnp.take_along_axis(logits, positions[..., None, None], axis=1)
   probs = jax.nn.softmax(logits)
   confidence, top = jax.lax.top_k(probs, top_t)
   return top, confidence[..., 0]
+
+
+def head_accuracy(model: Transformer, sources: np.ndarray,
+                  outputs: np.ndarray, lengths: np.ndarray, *, heads: int,
+                  batch_size: int = 16) -> list[float]:
+  """Teacher-forced top-1 accuracy of each head on given outputs.
+
+  On the greedy outputs this is what acceptance depends on: head h + 1
+  at position i is right when its best token is greedy's token i + h
+  (head 1, the base on its own outputs, is right everywhere). On the
+  references it is the true-token accuracy training logs report.
+
+  Args:
+    model: a Transformer with >= `heads` proposal heads.
+    sources: [batch, source_length] as `head_predictions` takes them.
+    outputs: [batch, length] the outputs (pad after the end).
+    lengths: [batch] their lengths.
+    heads: K, heads read.
+    batch_size: rows a forward pass.
+
+  Returns:
+    K accuracies, over every position where the output has head h + 1's
+    token (nan where none has).
+  """
+  top = np.concatenate([np.asarray(head_predictions(
+      model, sources[start:start + batch_size],
+      outputs[start:start + batch_size], heads=heads, top_t=1)[0])
+                        for start in range(0, len(outputs), batch_size)])
+  target, valid = targets(outputs, lengths, heads)
+  right = (top[..., 0] == target) & valid
+  counts = valid.sum((0, 1))
+  return [round(float(r) / float(c), 4) if c else float('nan')
+          for r, c in zip(right.sum((0, 1)), counts)]
 
 
 def targets(outputs: np.ndarray, lengths: np.ndarray,

@@ -151,7 +151,9 @@ def make_train_step(graphdef, phase: Phase, tx, train_config, seed: int):
           random_head=train_config.random_head, dropout_key=dropout_key,
           head_key=head_key, head1_weight=train_config.head1_weight,
           input_dropout=train_config.get('input_dropout', 0.0),
-          position_fraction=train_config.head_position_fraction)
+          position_fraction=train_config.head_position_fraction,
+          head_targets=train_config.get('head_targets', 'data'),
+          draft_inputs=train_config.get('draft_inputs', 'data'))
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)

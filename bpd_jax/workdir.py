@@ -77,6 +77,10 @@ READERS_IGNORE = (
 # compares as if it held that value, so those runs still resume and read.
 ADDED_FIELDS = {
     'train.head_position_fraction': 1.0,  # The heads saw every position.
+    'train.head_targets': 'data',  # The heads learned the true tokens.
+    'train.draft_inputs': 'data',  # Teacher forcing.
+    'model.draft_source': 'none',  # The draft layer read no source.
+    'model.draft_feature_layers': (),  # The draft layer read the top only.
 }
 
 _ABSENT = object()  # A field one side of a comparison does not have.

@@ -35,6 +35,13 @@ def get_config():
   model.head_layer = 'independent'
   model.head_hidden = 256  # Hidden width of one head's layer.
   model.head1_from_base = True  # Head 1 is the base model's own output.
+  # The autoregressive draft layer's view of an encoder-decoder's source:
+  # 'none', 'base' (attends through the base's top decoder layer's source
+  # keys and values) or 'own' (its own projection of the encoder output).
+  model.draft_source = 'none'
+  # Lower decoder layers (0-based, below the top) whose outputs the
+  # autoregressive draft layer reads beside the top one (EAGLE-3); ().
+  model.draft_feature_layers = ()
 
   config.train = train = ml_collections.ConfigDict()
   train.batch_size = 64  # Examples a step, over all devices.
@@ -50,6 +57,13 @@ def get_config():
   # new sample each step (losses.heads_loss): their layers and vocabulary
   # projections are most of a heads step's cost. 1: every position.
   train.head_position_fraction = 1.0
+  # What heads 2..k learn: 'data' (the true tokens) or 'base' (the base's
+  # own next-token distribution there: what verification accepts).
+  train.head_targets = 'data'
+  # What sequential heads and the draft layer read as the drafts before
+  # theirs: 'data' (the true tokens) or 'own' (their own drafts, as when
+  # decoding: the training-time test).
+  train.draft_inputs = 'data'
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.

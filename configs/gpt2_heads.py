@@ -28,6 +28,13 @@ Options (`--config=configs/gpt2_heads.py:gpt2=DIR,heads=independent`):
     k=K             proposal heads (default 8)
     steps=N         head training steps (default 2000)
     root=DIR        another directory of Python code ('': the stdlib's)
+    features=I+J    the autoregressive draft layer also reads these lower
+                    layers' outputs (0-based; '' the top only; EAGLE-3)
+    targets=data    what heads 2..k learn: data (the text's tokens) or
+                    base (GPT-2's own distribution at each position, what
+                    exact verification accepts)
+    inputs=data     what the dependent heads read as the earlier drafts:
+                    data (teacher forcing) or own (their own drafts)
 
 Fields not set here keep configs/base.py's value (documented there).
 """
@@ -43,7 +50,8 @@ base = config_options.sibling(__file__, 'base')
 
 def get_config(arg=None):
   options = config_options.parse(arg, gpt2='', heads='sequential', k=8,
-                                 steps=2000, root='')
+                                 steps=2000, root='', features='',
+                                 targets='data', inputs='data')
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   if not options['gpt2']:
     raise ValueError('configs/gpt2_heads.py needs gpt2=DIR: a GPT-2 folder '
@@ -72,6 +80,7 @@ def get_config(arg=None):
   # GPT-2's architecture, from its config.json (every field but the heads').
   architecture = dataclasses.asdict(pretrained)
   for name in ('num_proposal_heads', 'head_layer', 'head_hidden', 'image',
+               'draft_source', 'draft_feature_layers',
                'vocab_size'):  # The vocabulary's size: the task's.
     architecture.pop(name)
   model.update(architecture)
@@ -81,6 +90,8 @@ def get_config(arg=None):
   model.num_proposal_heads = options['k']  # k heads.
   model.head_layer = options['heads']  # See configs/base.py.
   model.head_hidden = pretrained.d_model  # One head's hidden width.
+  # Lower layers the draft layer reads (configs/base.py).
+  model.draft_feature_layers = config_options.layers(options['features'])
 
   train = config.train
   train.batch_size = 8  # Examples a step.
@@ -92,7 +103,9 @@ def get_config(arg=None):
   # all of them, it attends over every position).
   train.head_position_fraction = (1.0 if options['heads'] == 'autoregressive'
                                   else 0.5)
-  train.label_smoothing = 0.0  # The heads learn GPT-2's own next tokens.
+  train.head_targets = options['targets']  # See configs/base.py.
+  train.draft_inputs = options['inputs']  # See configs/base.py.
+  train.label_smoothing = 0.0  # Plain likelihood of the targets.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = max(1, min(200, options['steps'] // 10))  # Warm-up.
   train.schedule = 'linear'  # To zero at the end of the phase.

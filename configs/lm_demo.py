@@ -27,7 +27,14 @@ layer: sequential, the default, or the paper's independent or joint heads,
 or autoregressive); root=DIR (another directory of Python code instead of
 the standard library); init_from=DIR (start from that run's model and
 vocabulary) and distilled=DIR (train on the model's own continuations):
-the paper's sequence-level distillation, on a trained run $RUNS/lm:
+the paper's sequence-level distillation, on a trained run $RUNS/lm. With
+init_from, `frozen` trains only new heads on that run's base, which stays
+bit-identical, and the drafter options apply: features=I+J (the
+autoregressive draft layer also reads these lower layers' outputs,
+EAGLE-3), targets=base (heads 2..k learn the base's own distribution at
+each position, what exact verification accepts; default data) and
+inputs=own (the dependent heads read their own drafts in training, as
+when decoding; default data):
 
     python -m bpd_jax.distill --config=configs/lm_demo.py --workdir=$RUNS/lm \
         --output_dir=$RUNS/lm_distilled
@@ -45,7 +52,12 @@ base = config_options.sibling(__file__, 'base')
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential',
-                                 root='', init_from='', distilled='')
+                                 root='', init_from='', distilled='',
+                                 frozen=False, features='', targets='data',
+                                 inputs='data')
+  if options['frozen'] and not options['init_from']:
+    raise ValueError('config option frozen trains new heads on a trained '
+                     'base: give init_from=DIR.')
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   quick = options['quick']
   config = base.get_config()
@@ -78,6 +90,8 @@ def get_config(arg=None):
   model.max_target_len = 160 if options['distilled'] else 128
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
   model.head_layer = options['heads']  # Sequential: heads read the last proposal.
+  # Lower layers the draft layer reads (configs/base.py).
+  model.draft_feature_layers = config_options.layers(options['features'])
 
   train = config.train
   train.batch_size = 16  # Examples (128 tokens each) a step.
@@ -85,8 +99,12 @@ def get_config(arg=None):
   train.base_steps = 0  # No base-only phase.
   train.head_steps = 100 if quick else 1500  # Phase 'heads': base + heads.
   train.init_from = options['init_from']  # A trained run to start from.
-  train.freeze_base = False  # The whole model trains.
-  train.head1_weight = 0.5  # Head 1's share of the loss (0: 1/k).
+  # The whole model trains (frozen: only new heads, on init_from's base).
+  train.freeze_base = options['frozen']
+  # Head 1's share of the loss (0: 1/k); a frozen base's head 1 is fixed.
+  train.head1_weight = 0.0 if options['frozen'] else 0.5
+  train.head_targets = options['targets']  # See configs/base.py.
+  train.draft_inputs = options['inputs']  # See configs/base.py.
   # Heads 2..8 learn from half of each row's positions (the draft layer:
   # all of them, it attends over every position).
   train.head_position_fraction = (1.0 if options['heads'] == 'autoregressive'

@@ -25,6 +25,17 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
     heads=TYPE       the head layer: independent (default), joint,
                      sequential (heads that read the previous head's token)
                      or autoregressive (a draft layer with its own cache)
+    source=SOURCE    the autoregressive draft layer attends to the source:
+                     none (default), base (through the base's top
+                     decoder layer's source keys and values) or own (its
+                     own projection of the encoder output)
+    features=I+J     the draft layer also reads these lower decoder layers'
+                     outputs (0-based; '' the top only)
+    targets=data     what heads 2..k learn: data (the references) or base
+                     (the base's own distribution at each position, what
+                     exact verification accepts)
+    inputs=data      what the dependent heads read as the earlier drafts:
+                     data (teacher forcing) or own (their own drafts)
     distilled=DIR    train on a distilled corpus (python -m bpd_jax.distill
                      writes DIR/train.src/.tgt and copies the validation
                      split: BLEU is still against the real references)
@@ -59,7 +70,8 @@ BASES = ('frozen', 'finetuned')
 def get_config(arg=None):
   options = config_options.parse(
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
-      base='frozen', heads='independent', distilled='')
+      base='frozen', heads='independent', distilled='', source='none',
+      features='', targets='data', inputs='data')
   quick, init_from = options['quick'], options['init_from']
   config_options.check_choice(options, 'base', BASES)
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
@@ -94,6 +106,9 @@ def get_config(arg=None):
   model.max_source_len = 96  # Longest source the encoder takes (eval too).
   model.max_target_len = 112  # Decoder positions: eval.max_len + k must fit.
   model.head_layer = options['heads']  # See configs/base.py.
+  model.draft_source = options['source']  # See configs/base.py.
+  # Lower decoder layers the draft layer reads (configs/base.py).
+  model.draft_feature_layers = config_options.layers(options['features'])
 
   train = config.train
   train.batch_size = 64  # Sentence pairs a step, over all devices.
@@ -106,6 +121,8 @@ def get_config(arg=None):
   # Head 1's share of a fine-tuning loss (0: 1/k), so the base keeps its
   # quality while the heads learn.
   train.head1_weight = 0.0 if train.freeze_base else 0.5
+  train.head_targets = options['targets']  # See configs/base.py.
+  train.draft_inputs = options['inputs']  # See configs/base.py.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then 1/sqrt(step) decay.
   train.log_every = 20 if quick else 250  # Steps between progress lines.

@@ -28,12 +28,29 @@ VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
 HEAD_LAYERS = ('independent', 'joint', 'sequential',
                'autoregressive')  # Every head type.
+# Every drafter: the head types, and the draft layer reading the source
+# (through the base's keys and values or its own) or a lower layer too.
+DRAFTERS = HEAD_LAYERS + ('autoregressive:source=base',
+                          'autoregressive:source=own',
+                          'autoregressive:features=0')
+
+
+def drafter_fields(drafter: str, encoder_layers: int) -> dict:
+  """TransformerConfig fields of a DRAFTERS name. A decoder-only model has
+  no source: its source-reading drafters are the plain draft layer."""
+  head_layer, _, option = drafter.partition(':')
+  fields = dict(head_layer=head_layer)
+  if option == 'features=0':
+    fields['draft_feature_layers'] = (0,)
+  elif option and encoder_layers:
+    fields['draft_source'] = option.partition('=')[2]
+  return fields
 
 
 def random_model(seed, encoder_layers=2, head_layer='independent',
                  head1_from_base=True, scale=3.0, head_scale=1.0,
                  dtype='float64', **overrides):
-  """A tiny random model.
+  """A tiny random model (head_layer: one of DRAFTERS).
 
   Weights are scaled by `scale` (larger: more varied output) and the heads'
   output weights further by `head_scale`: at 0 every head proposes head 1's
@@ -45,7 +62,7 @@ def random_model(seed, encoder_layers=2, head_layer='independent',
              num_encoder_layers=encoder_layers, num_decoder_layers=2,
              dropout_rate=0.0, max_source_len=16, max_target_len=64,
              tie_output=False, num_proposal_heads=MAX_HEADS,
-             head_layer=head_layer, head_hidden=16,
+             **drafter_fields(head_layer, encoder_layers), head_hidden=16,
              head1_from_base=head1_from_base, dtype=dtype, param_dtype=dtype),
       **overrides})
   model = Transformer(config, rngs=nnx.Rngs(seed))
@@ -77,6 +94,15 @@ def scale_heads(model, head_scale):
   draft.fuse.kernel[...] = head_scale * kernel + (1 - head_scale) * passing
   draft.attention.out.kernel[...] = draft.attention.out.kernel[...] * head_scale
   draft.down.kernel[...] = draft.down.kernel[...] * head_scale
+  if draft.source != 'none':
+    out = draft.source_attention.out.kernel
+    out[...] = out[...] * head_scale
+  if draft.extra_features:  # The first step's input: the top feature.
+    kernel = draft.reduce.kernel[...]
+    top = jnp.concatenate([jnp.eye(d_model), jnp.zeros(
+        (kernel.shape[0] - d_model, d_model))]).astype(kernel.dtype)
+    draft.reduce.kernel[...] = head_scale * kernel + (1 - head_scale) * top
+    draft.reduce.bias[...] = draft.reduce.bias[...] * head_scale
 
 
 def random_inputs(seed, batch, length=6):
@@ -119,7 +145,7 @@ def exact_blockwise_equals_greedy(max_examples):
       k=st.integers(1, MAX_HEADS),
       batch=st.sampled_from([1, 3, 4]),
       encoder_layers=st.sampled_from([2, 0]),
-      head_layer=st.sampled_from(HEAD_LAYERS),
+      head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
       max_len=st.sampled_from([5, 20]))
   def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len):
@@ -156,7 +182,7 @@ def exact_tree_decoding_equals_greedy(max_examples):
       widths=st.sampled_from([(2,), (2, 2), (3, 1, 2), (1, 3)]),
       batch=st.sampled_from([1, 3]),
       encoder_layers=st.sampled_from([2, 0]),
-      head_layer=st.sampled_from(HEAD_LAYERS),
+      head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]))
   def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale):
     tree = Tree.from_widths(widths[:k - 1], k - 1)
@@ -276,22 +302,32 @@ def test_approximate_criteria_run_and_accept_more():
     assert (forced.block_sizes[:, 1] <= 2).all()
 
 
-@pytest.mark.parametrize('k,head_layer', [
-    *((8, layer) for layer in HEAD_LAYERS),
-    (3, 'sequential'), (3, 'autoregressive'),  # The property test has more.
-    pytest.param(3, 'independent', marks=pytest.mark.slow),
-    pytest.param(3, 'joint', marks=pytest.mark.slow)])
-def test_exact_blockwise_equals_greedy_for_every_head_layer(k, head_layer):
-  """Every head type on a few fixed models, beside the property test's
-  random draw of them: heads that read each other's proposals too."""
+@pytest.mark.parametrize('k,head_layer,encoder_layers', [
+    *((8, drafter, 2) for drafter in DRAFTERS),
+    (8, 'autoregressive:features=0', 0),  # Decoder-only, lower layer too.
+    (3, 'sequential', 2), (3, 'autoregressive', 2),  # The property test has more.
+    pytest.param(3, 'independent', 2, marks=pytest.mark.slow),
+    pytest.param(3, 'joint', 2, marks=pytest.mark.slow),
+    pytest.param(3, 'autoregressive:source=base', 2, marks=pytest.mark.slow),
+    pytest.param(3, 'autoregressive:source=own', 2, marks=pytest.mark.slow)])
+def test_exact_blockwise_equals_greedy_for_every_head_layer(
+    k, head_layer, encoder_layers):
+  """Every drafter on a few fixed models, beside the property test's
+  random draw of them: heads that read each other's proposals, the draft
+  layer that reads the source or a lower layer."""
   with jax.enable_x64(True):
     for seed, head_scale in ((3, 0.0), (4, 0.3)):
-      model = random_model(seed, head_layer=head_layer, head_scale=head_scale)
+      model = random_model(seed, encoder_layers, head_layer,
+                           head_scale=head_scale)
       inputs = random_inputs(seed, 4)
       reference = generate.greedy(model, inputs, max_len=20)
       result = generate.blockwise(model, inputs, k=k, max_len=20)
       assert_same_or_near_tie(model, inputs, reference, result)
       assert float(result.mean_block_size) > 1.0
+      if ':' in head_layer:  # The new drafters verified as trees too.
+        tree = Tree.from_widths((2, 2), k - 1)
+        assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
+            model, inputs, k=k, max_len=20, tree=tree))
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [

@@ -31,7 +31,7 @@ def setup():
 # Compiled once per set of heads: eager, the draws below took half a minute.
 heads_loss = nnx.jit(losses.heads_loss, static_argnames=(
     'first', 'count', 'label_smoothing', 'random_head', 'head1_weight',
-    'input_dropout', 'position_fraction'))
+    'input_dropout', 'position_fraction', 'head_targets', 'draft_inputs'))
 
 
 def loss(model, batch, first, count, random_head=False, head_key=None):
@@ -242,3 +242,80 @@ def test_a_decoder_only_model_learns_the_target_after_its_prompt():
   other = dict(batch, source=jnp.array([[5, 6, 9], [8, 0, 0]]))
   assert float(loss(model, other, 0, 1)[0]) != float(
       loss(model, batch, 0, 1)[0])
+
+
+def test_base_targets_are_the_base_models_own_distribution():
+  """head_targets='base': head h at position t learns softmax of the
+  base's logits at t + h - 1 (no smoothing), its accuracy still counts the
+  data; head 1, when trained, keeps the data."""
+  model, batch = setup()
+  value, metrics = heads_loss(
+      model, batch, first=1, count=3, label_smoothing=0.1, random_head=False,
+      dropout_key=jax.random.key(1), head_key=jax.random.key(0),
+      head_targets='base')
+  target = batch['target']
+  # The teacher is the pass without dropout; the students are with it.
+  clean = model(batch['source'], losses.shift_right(target,
+                                                    model.config.bos_id))
+  base = jax.nn.softmax(model.head_logits(clean, 0, 1)[:, :, 0])
+  labels = losses.shifted_targets(target, 1, 3)
+  mask = labels != 0
+  rngs = nnx.Rngs(dropout=jax.random.key(1))
+  hidden = model(batch['source'], losses.shift_right(target,
+                                                     model.config.bos_id),
+                 dropout_rngs=rngs)
+  log_probs = jax.nn.log_softmax(model.head_logits(hidden, 1, 3))
+  per_head = []
+  for h in range(3):
+    soft = jnp.pad(base, ((0, 0), (0, 4), (0, 0)))[:, h + 1:h + 1 + 5]
+    cross = -(soft * log_probs[:, :, h]).sum(-1)
+    per_head.append((cross * mask[..., h]).sum() / mask[..., h].sum())
+  np.testing.assert_allclose(float(value), float(np.mean(per_head)),
+                             rtol=1e-5)
+  data, data_metrics = loss(model, batch, 1, 3)
+  assert abs(float(data) - float(value)) > 1e-3
+  np.testing.assert_array_equal(metrics['tokens'], data_metrics['tokens'])
+  # Head 1 (fine-tuning) learns the data under either target.
+  for targets in ('data', 'base'):
+    head1 = heads_loss(
+        model, batch, first=0, count=1, label_smoothing=0.1,
+        random_head=False, dropout_key=None, head_key=jax.random.key(0),
+        head_targets=targets)[0]
+    np.testing.assert_allclose(float(head1), float(loss(model, batch, 0, 1)[0]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize('head_layer', ['sequential', 'autoregressive'])
+def test_own_draft_inputs_feed_the_heads_their_own_drafts(head_layer):
+  """draft_inputs='own' (the training-time test): head h reads head 1's
+  token (the true one: the prefix) and the tokens heads 2 .. h - 1 would
+  have drafted at that position, each the argmax of the head before, as
+  when decoding; the labels stay the data's."""
+  config = TransformerConfig.from_size(
+      'tiny', vocab_size=12, num_proposal_heads=4, head_layer=head_layer,
+      dropout_rate=0.0)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  _, batch = setup()
+  value = heads_loss(
+      model, batch, first=1, count=3, label_smoothing=0.1, random_head=False,
+      dropout_key=None, head_key=jax.random.key(0), draft_inputs='own')[0]
+  target = batch['target']
+  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
+  # Head 1's token is the true one (the prefix); heads 2, 3 draft theirs.
+  drafts = losses.shifted_targets(target, 0, 1)
+  for h in (1, 2):  # Head h + 1's draft, from the tokens before it.
+    fed = jnp.concatenate([drafts, jnp.zeros_like(drafts[..., :3 - h])], -1)
+    logits = model.head_logits(hidden, h, 1, fed)[:, :, 0]
+    drafts = jnp.concatenate([drafts, jnp.argmax(logits, -1)[..., None]], -1)
+  logits = model.head_logits(hidden, 1, 3, drafts)
+  labels = losses.shifted_targets(target, 1, 3)
+  mask = labels != 0
+  per_head = (losses.token_losses(logits, labels, 0.1) * mask).sum((0, 1)) \
+      / mask.sum((0, 1))
+  expected = per_head.mean()
+  if head_layer == 'autoregressive':  # EAGLE's feature regression too.
+    expected += losses.draft_feature_loss(
+        model.head_states(hidden, 1, 3, drafts), 1, hidden, target, 0)
+  np.testing.assert_allclose(float(value), float(expected), rtol=1e-5)
+  teacher_forced = loss(model, batch, 1, 3)[0]
+  assert abs(float(teacher_forced) - float(value)) > 1e-4

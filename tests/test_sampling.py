@@ -29,12 +29,15 @@ SAMPLERS = [decoding.Sampler(1.0), decoding.Sampler(0.7, top_k=4),
 
 def tiny_model(head_layer, seed=0):
   """A random encoder-decoder over 8 tokens: its outputs spread over ~200
-  sequences of 3 tokens, and its random heads' q differ from p."""
+  sequences of 3 tokens, and its random heads' q differ from p.
+  head_layer: a head layer, or 'autoregressive:source=S' (the draft layer
+  reading the source)."""
+  head_layer, _, source = head_layer.partition(':source=')
   config = TransformerConfig.from_size(
       'tiny', vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
       num_encoder_layers=1, num_decoder_layers=1, num_proposal_heads=4,
       head_hidden=16, head_layer=head_layer, max_source_len=8,
-      max_target_len=12, dropout_rate=0.0)
+      max_target_len=12, dropout_rate=0.0, draft_source=source or 'none')
   return Transformer(config, rngs=nnx.Rngs(seed))
 
 
@@ -110,7 +113,8 @@ def sample_many(model, sampler, k, key=0):
     (0, 'independent'),  # Ancestral sampling: the reference itself.
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
-    (3, 'autoregressive'),
+    (3, 'autoregressive'), (3, 'autoregressive:source=base'),
+    pytest.param(3, 'autoregressive:source=own', marks=pytest.mark.slow),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'sequential', marks=pytest.mark.slow),
     pytest.param(3, 'joint', marks=pytest.mark.slow),

@@ -152,6 +152,13 @@ def test_paper_sizes():
     ('layer_norm_epsilon', 0.0, 'layer_norm_epsilon=0.0 must be a number > 0'),
     ('layer_norm_epsilon', '1e-5', "layer_norm_epsilon='1e-5' must be a "
      'number > 0'),
+    ('draft_source', 'memory', "draft_source='memory' is not one of"),
+    ('draft_source', 'base', "draft_source='base' is the autoregressive "
+     "draft layer's attention"),
+    ('draft_feature_layers', (1,), r'draft_feature_layers=\(1,\) must be '
+     r'distinct ascending decoder layers below the top one, in \[0, 0\]'),
+    ('draft_feature_layers', (0,), r"draft_feature_layers=\(0,\) are read "
+     "by the autoregressive draft layer; head_layer='independent'"),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -257,25 +264,33 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('head_layer,tie_output,scale_embeddings', [
-    ('sequential', True, True), ('sequential', False, True),
-    ('sequential', True, False), ('autoregressive', True, True),
-    ('autoregressive', False, True)])
+@pytest.mark.parametrize('head_layer,tie_output,scale_embeddings,drafter', [
+    ('sequential', True, True, {}), ('sequential', False, True, {}),
+    ('sequential', True, False, {}), ('autoregressive', True, True, {}),
+    ('autoregressive', False, True, {}),
+    ('autoregressive', True, True, dict(draft_source='base')),
+    ('autoregressive', False, True, dict(draft_source='own')),
+    ('autoregressive', True, True, dict(draft_feature_layers=(0,))),
+    ('autoregressive', True, True, dict(draft_source='own',
+                                        draft_feature_layers=(0,)))])
 def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
-    head_layer, tie_output, scale_embeddings):
+    head_layer, tie_output, scale_embeddings, drafter):
   """A draft made head after head through the cache equals the
   training-time heads (no cache) fed the draft's own tokens; each head
   reads the token chosen before it, and a draft layer's stale entries
-  (past the last accepted position, or from an earlier draft) are unread."""
+  (past the last accepted position, or from an earlier draft) are unread.
+  So too for the draft layer that reads the source or a lower layer."""
   model = Transformer(TransformerConfig(
       **{**TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0},
       tie_output=tie_output, head_layer=head_layer,
-      scale_embeddings=scale_embeddings), rngs=nnx.Rngs(0))
+      scale_embeddings=scale_embeddings, **drafter), rngs=nnx.Rngs(0))
   vocab = TINY['vocab_size']
   rng = np.random.default_rng(0)
   source = jnp.asarray(rng.integers(3, vocab, (3, 5)))
+  source = source.at[1, 3:].set(0)  # Padding the source attention skips.
   inputs = jnp.asarray(rng.integers(3, vocab, (3, 12)))  # Decoder inputs.
-  features = model(source, inputs)  # [3, 12, d], no cache.
+  outputs = model.run(source, inputs)  # No cache.
+  features = outputs.features  # [3, 12, d (or 2d with a lower layer)].
   cache = model.init_cache(3, 16, source)
 
   def choose(index, logits):  # Not the argmax: the draft must follow it.
@@ -295,7 +310,7 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
     next_tokens = np.array(jnp.stack(
         [jnp.roll(inputs, -1, axis=1)] * 3, axis=-1))
     next_tokens[:, anchor, 1:] = np.asarray(proposals[:, :2])
-    expected = model.head_logits(features, 1, 3, jnp.asarray(next_tokens))
+    expected = model.head_logits(outputs, 1, 3, jnp.asarray(next_tokens))
     np.testing.assert_allclose(logits, expected[:, anchor], rtol=1e-4,
                                atol=1e-4)
     np.testing.assert_array_equal(
@@ -305,7 +320,7 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
   cache = check(cache, 0, 6, 2)  # Positions 3..5 stale, drafts at 3..4.
   check(cache, 3, 4, 1)  # Overwrites them; drafts after position 4.
   with pytest.raises(ValueError, match='need the embeddings'):
-    model.heads(features, 1, 3)
+    model.heads(outputs.hidden, 1, 3)
   with pytest.raises(ValueError, match='use sequential_step'):
     model.proposal_logits(features[:, 0], 3)
 

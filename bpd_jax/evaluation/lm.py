@@ -20,6 +20,7 @@ import numpy as np
 
 from bpd_jax import generate
 from bpd_jax import losses
+from bpd_jax import predictions
 from bpd_jax import sharding
 from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import placement as placement_lib
@@ -98,7 +99,9 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
 
   Returns:
     dict(split, examples, perplexity, scored_tokens, truncated_prompts,
-    rows), a row per decoder.
+    rows: a row per decoder, head_accuracy: dict(greedy=each head's
+    teacher-forced accuracy on the greedy continuations, what acceptance
+    depends on; `predictions.head_accuracy`)).
   """
   ppl, scored = perplexity(model, task.encoded(split))
   log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens)')
@@ -115,8 +118,15 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
   for row in rows:
     log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '
         f'{row["wall_s"]:.2f} s')
+  greedy = measured[0].outputs
+  head_accuracy = predictions.head_accuracy(
+      model, batching.pad_rows(sources, model.config.max_source_len),
+      greedy.tokens, greedy.lengths, heads=model.config.num_proposal_heads)
+  log(f'  teacher-forced accuracy per head, on the greedy outputs: '
+      f'{head_accuracy}')
   return dict(split=split, examples=len(sources), perplexity=round(ppl, 4),
-              scored_tokens=scored, truncated_prompts=truncated, rows=rows)
+              scored_tokens=scored, truncated_prompts=truncated, rows=rows,
+              head_accuracy=dict(greedy=head_accuracy))
 
 
 def report(config, workdir: str, model, task, log=print) -> dict:

@@ -22,9 +22,11 @@ those are not directly comparable.
 import os
 
 import jax
+import numpy as np
 import sacrebleu
 
 from bpd_jax import generate
+from bpd_jax import predictions
 from bpd_jax import sharding
 from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import placement as placement_lib
@@ -74,7 +76,9 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
 
   Returns:
     dict(split, examples, truncated_sources, bleu_signature,
-    bleu_intl_signature, rows), a row per decoder.
+    bleu_intl_signature, rows: a row per decoder, head_accuracy: each
+    head's teacher-forced accuracy on the greedy outputs (what acceptance
+    depends on) and on the references, `predictions.head_accuracy`).
   """
   pairs = task.pairs(split)[:num_examples or None]
   sources, truncated = task.sources(split, model.config.max_source_len,
@@ -97,9 +101,23 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
     row.update(bleu=round(score, 2), bleu_intl=round(score_intl, 2))
     log(f'  {run.spec.name}: BLEU {score:.2f}, mean block '
         f'{row["mean_block"]}, {row["wall_s"]:.2f} s')
+  greedy = measured[0].outputs
+  padded = batching.pad_rows(sources, model.config.max_source_len)
+  heads = model.config.num_proposal_heads
+  references_tokens = [(tokens + [model.config.eos_id])[:max_len] for tokens
+                       in task.vocab.encode_many(references)]
+  head_accuracy = dict(
+      greedy=predictions.head_accuracy(
+          model, padded, greedy.tokens, greedy.lengths, heads=heads),
+      references=predictions.head_accuracy(
+          model, padded, batching.pad_rows(references_tokens, max_len),
+          np.array([len(t) for t in references_tokens]), heads=heads))
+  log(f'  teacher-forced accuracy per head, on the greedy outputs: '
+      f'{head_accuracy["greedy"]}; on the references: '
+      f'{head_accuracy["references"]}')
   return dict(split=split, examples=len(pairs), truncated_sources=truncated,
               bleu_signature=signature, bleu_intl_signature=signature_intl,
-              rows=rows)
+              rows=rows, head_accuracy=head_accuracy)
 
 
 def report(config, workdir: str, model, task, log=print) -> dict:

@@ -99,6 +99,40 @@ def padding_mask(key_valid: jax.Array) -> jax.Array:
   return key_valid[:, None, None, :]
 
 
+def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
+                            mask: jax.Array, own_keys: list[jax.Array],
+                            own_values: list[jax.Array]) -> jax.Array:
+  """Attention over a sequence's keys plus entries of each query's own.
+
+  What an unrolled drafting step (or a branch of a greedy continuation)
+  attends to at every position t at once: the sequence's entries that
+  `mask` lets t see, and the entries written at t by the steps before it
+  and by itself, which no other position sees. Those join the scores as
+  extra columns, one per step, instead of a [T, T] matrix a step.
+
+  Args:
+    q: [batch, T, heads, head_dim] queries, one per position.
+    keys, values: [batch, S, heads, head_dim] the sequence's entries.
+    mask: [batch, 1, T, S] bool, True where position t sees entry s.
+    own_keys, own_values: lists of [batch, T, heads, head_dim]: entry j of
+      every position t (the query's own entry among them).
+
+  Returns:
+    [batch, T, heads, head_dim] attended values.
+  """
+  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+  scores = jnp.einsum('bthd,bshd->bhts', q, keys.astype(q.dtype)) * scale
+  scores = jnp.where(mask, scores, -jnp.inf)
+  own = jnp.stack([jnp.einsum('bthd,bthd->bht', q, key.astype(q.dtype))
+                   for key in own_keys], axis=-1) * scale
+  weights = jax.nn.softmax(jnp.concatenate([scores, own], axis=-1), axis=-1)
+  length = keys.shape[1]
+  return (jnp.einsum('bhts,bshd->bthd', weights[..., :length],
+                     values.astype(q.dtype))
+          + jnp.einsum('bhtj,jbthd->bthd', weights[..., length:],
+                       jnp.stack(own_values).astype(q.dtype)))
+
+
 class _Projections(nnx.Module):
   """Shared shape logic: [..., d_model] <-> [..., heads, head_dim]."""
 
@@ -267,11 +301,25 @@ class CrossAttention(_Projections):
   """Attention from decoder positions to the encoder output (the memory)."""
 
   def __init__(self, d_model: int, num_heads: int, *, dtype, param_dtype,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, own_memory: bool = True):
+    """Creates the projections.
+
+    Args:
+      d_model: width of the queries and of the memory.
+      num_heads: attention heads (d_model must divide by it).
+      dtype: computation dtype (None: from inputs and params).
+      param_dtype: parameter dtype.
+      rngs: initialisation randomness.
+      own_memory: the layer projects the memory to keys and values
+        (`project_memory`); False: it attends to keys and values another
+        layer projected (a draft layer reading the base's), and holds only
+        its query and output projections.
+    """
     super().__init__(d_model, num_heads)
     linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.query = nnx.Linear(d_model, d_model, **linear)
-    self.key_value = nnx.Linear(d_model, 2 * d_model, **linear)
+    if own_memory:
+      self.key_value = nnx.Linear(d_model, 2 * d_model, **linear)
     self.out = nnx.Linear(d_model, d_model, **linear)
 
   def project_memory(self, memory: jax.Array) -> KVCache:

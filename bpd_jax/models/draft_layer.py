@@ -8,6 +8,19 @@ positions (its own key/value cache), and outputs g_s, an estimate of the
 base's next feature f_{s+1}: through the base's vocabulary projection g_s
 gives the token at s + 2.
 
+What it reads beyond that, each a `TransformerConfig` field:
+- the source (`draft_source`, encoder-decoders): a cross-attention over
+  the encoder output, either through the base's own top-layer source keys
+  and values ('base': the cache already holds them, the layer adds a query
+  and an output projection) or its own projection of the encoder output
+  ('own': computed once per source, kept in its cache). In translation the
+  words after the next one come from the source, which without it only
+  the base's cross-attention sees.
+- lower decoder layers (`draft_feature_layers`, after EAGLE-3): the
+  outputs of those layers, normalised and fused with the top feature into
+  the first step's input (`base_features`); later steps read the layer's
+  own output in their place.
+
 Drafting after the last accepted position s*: the entries of every newly
 accepted position are written from the base's features (one `extend` over
 the positions the base just scored), g_{s*} gives the first proposal; each
@@ -16,15 +29,18 @@ reads the next proposal from it. Entries past the accepted length are
 stale, masked by position and overwritten by the next call's, exactly as
 the base's own cache handles rejected proposals.
 
-Training is teacher-forced on the true tokens and unrolled as decoding
-runs (`unroll`): at every position, step j reads the base's entries up to
-that position and its own entries of the steps before, so head j + 1
-learns exactly what it drafts. Besides each step's cross-entropy, g learns
-the base's next feature (a smooth-L1 regression, as EAGLE trains), which
-keeps the features its later steps read close to the base's.
+Training is unrolled as decoding runs (`unroll`): at every position, step j
+reads the base's entries up to that position and its own entries of the
+steps before, so head j + 1 learns exactly what it drafts. The tokens the
+steps read are the true ones (teacher forcing) or, with a `feed`, the
+layer's own drafts (training-time test). Besides each step's
+cross-entropy, g learns the base's next feature (a smooth-L1 regression,
+as EAGLE trains), which keeps the features its later steps read close to
+the base's.
 """
 
 import dataclasses
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -32,19 +48,45 @@ from flax import nnx
 
 from bpd_jax.models import attention
 
+# Where the draft layer's cross-attention reads the source: nowhere, the
+# base's top decoder layer's keys and values, or its own projection.
+DRAFT_SOURCES = ('none', 'base', 'own')
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DraftSource:
+  """The source as the draft layer attends to it.
+
+  Attributes:
+    memory: keys and values, [batch, source_length, heads, head_dim].
+    valid: [batch, source_length] bool, False at source padding.
+  """
+  memory: attention.KVCache
+  valid: jax.Array
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class DraftCache:
-  """The draft layer's keys and values: [batch, positions, heads, head_dim]
-  (the base cache's positions)."""
+  """The draft layer's state in a decode.
+
+  Attributes:
+    attention: its self-attention keys and values,
+      [batch, positions, heads, head_dim] (the base cache's positions).
+    source: its own projection of the encoder output (draft_source
+      'own'), [batch, source_length, heads, head_dim]; None otherwise.
+  """
   attention: attention.KVCache
+  source: attention.KVCache | None = None
 
 
 class DraftLayer(nnx.Module):
-  """fuse([f; e]) -> pre-norm causal self-attention -> pre-norm FFN -> norm."""
+  """fuse([f; e]) -> self-attention -> [source attention] -> FFN -> norm,
+  each sublayer pre-norm with a residual."""
 
-  def __init__(self, d_model: int, num_heads: int, hidden: int, *, dtype,
+  def __init__(self, d_model: int, num_heads: int, hidden: int, *,
+               source: str = 'none', extra_features: int = 0, dtype,
                param_dtype, rngs: nnx.Rngs):
     """Creates the layer.
 
@@ -52,62 +94,92 @@ class DraftLayer(nnx.Module):
       d_model: width of the base model's features.
       num_heads: attention heads (d_model must divide by it).
       hidden: the feed-forward layer's hidden width.
+      source: one of DRAFT_SOURCES.
+      extra_features: lower decoder layers whose outputs come with the top
+        feature (each d_model wide, after it).
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
     """
+    if source not in DRAFT_SOURCES:
+      raise ValueError(f'draft source {source!r} is not one of '
+                       f'{DRAFT_SOURCES}.')
     linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    norm = lambda: nnx.LayerNorm(d_model, epsilon=1e-6, dtype=dtype,
-                                 param_dtype=param_dtype, rngs=rngs)
+    norm = lambda width=d_model: nnx.LayerNorm(
+        width, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.d_model = d_model
     self.num_heads = num_heads
     self.head_dim = d_model // num_heads
+    self.source = source
+    self.extra_features = extra_features
+    if extra_features:
+      self.feature_norm = norm(extra_features * d_model)
+      self.reduce = nnx.Linear((1 + extra_features) * d_model, d_model,
+                               **linear)
     self.fuse = nnx.Linear(2 * d_model, d_model, **linear)
     self.attention_norm = norm()
     self.attention = attention.SelfAttention(d_model, num_heads, **linear)
+    if source != 'none':
+      self.source_norm = norm()
+      self.source_attention = attention.CrossAttention(
+          d_model, num_heads, own_memory=source == 'own', **linear)
     self.ffn_norm = norm()
     self.up = nnx.Linear(d_model, hidden, **linear)
     self.down = nnx.Linear(hidden, d_model, **linear)
     self.out_norm = norm()
 
-  def _apply(self, features, next_embeds, attend):
+  def base_features(self, features: jax.Array) -> jax.Array:
+    """[..., (1 + extra) * d_model] the base's features at a position (top
+    first) -> [..., d_model] the first step's input."""
+    if not self.extra_features:
+      return features
+    top, extra = features[..., :self.d_model], features[..., self.d_model:]
+    return self.reduce(jnp.concatenate(
+        [top, self.feature_norm(extra).astype(top.dtype)], axis=-1))
+
+  def project_source(self, encoded: jax.Array) -> attention.KVCache:
+    """[batch, source_length, d_model] encoder output -> the layer's own
+    keys and values of it (draft_source 'own')."""
+    return self.source_attention.project_memory(encoded)
+
+  def _apply(self, features, next_embeds, attend, source):
     x = self.fuse(jnp.concatenate(
         [features, next_embeds.astype(features.dtype)], axis=-1))
     x = x + attend(self.attention_norm(x))
+    if self.source != 'none':
+      if source is None:
+        raise ValueError(f'the draft layer attends to the source '
+                         f'(draft_source={self.source!r}): pass it.')
+      x = x + self.source_attention(self.source_norm(x), source.memory,
+                                    source.valid)
     x = x + self.down(jax.nn.relu(self.up(self.ffn_norm(x))))
     return self.out_norm(x)
 
-  def __call__(self, features: jax.Array, next_embeds: jax.Array) -> jax.Array:
-    """Teacher-forced over whole sequences (training, analysis).
-
-    Args:
-      features: [batch, T, d_model] the base's outputs f_0 .. f_{T-1}.
-      next_embeds: [batch, T, d_model] embeddings of tokens 1 .. T, the
-        token after each position.
-
-    Returns:
-      [batch, T, d_model] g: g_s estimates f_{s+1}.
-    """
-    batch, length = features.shape[:2]
-    positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-    mask = attention.causal_mask(positions, length)
-    return self._apply(features, next_embeds,
-                       lambda y: self.attention(y, mask))
-
-  def unroll(self, features: jax.Array, next_embeds: jax.Array) -> jax.Array:
-    """Every drafting step at every position, teacher-forced on the tokens:
-    what decoding computes, for training and analysis.
+  def unroll(self, features: jax.Array, next_embeds: jax.Array,
+             source: DraftSource | None = None,
+             feed: Callable[[int, jax.Array], jax.Array] | None = None
+             ) -> jax.Array:
+    """Every drafting step at every position: what decoding computes, for
+    training and analysis.
 
     At position t (the last accepted one), step 1 reads the base's entries
     at positions <= t; step j > 1 writes the entry (g of step j - 1, the
-    embedding of token t + j) and attends to the base's entries <= t and
-    its own entries of steps 2..j at t, exactly the cache a decode holds
-    there. Each step's own keys are one per position, so they join the
-    causal scores as extra columns instead of a [T, T] matrix a step.
+    embedding of the token it reads) and attends to the base's entries
+    <= t and its own entries of steps 2..j at t, exactly the cache a decode
+    holds there.
 
     Args:
-      features: [batch, T, d_model] the base's outputs f_0 .. f_{T-1}.
+      features: [batch, T, (1 + extra) * d_model] the base's features.
       next_embeds: [batch, T, S, d_model]: at [:, t, j - 1] the embedding
         of token t + j, read by step j (S steps).
+      source: the source (draft_source other than 'none').
+      feed: the training-time test: (step j - 1 >= 1, g of step j - 1
+        [batch, T, d_model]) -> [batch, T, d_model] the embedding step
+        j > 1 reads in place of next_embeds' (e.g. of the argmax of g's
+        logits: the token decoding would have drafted). Step 1 always
+        reads next_embeds: head 1's token is the base's, always accepted,
+        so part of the prefix (the data, in training). None: next_embeds
+        throughout.
 
     Returns:
       [batch, T, S, d_model]: g of step j at [:, t, j - 1], the estimate of
@@ -116,8 +188,10 @@ class DraftLayer(nnx.Module):
     batch, length = features.shape[:2]
     positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
     causal = attention.causal_mask(positions, length)  # [b, 1, T, T]
-    scale = 1.0 / jnp.sqrt(jnp.asarray(self.head_dim, features.dtype))
     base = {}
+    embeds = lambda step, state: (next_embeds[:, :, step]
+                                  if feed is None or step == 0
+                                  else feed(step, state))
 
     def attend_base(y):
       q, base['k'], base['v'] = self.attention.project(y)
@@ -125,48 +199,56 @@ class DraftLayer(nnx.Module):
                                          mask=causal)
       return self.attention.output(out)
 
-    states = [self._apply(features, next_embeds[:, :, 0], attend_base)]
+    top = features[..., :self.d_model]
+    states = [self._apply(self.base_features(features), embeds(0, top),
+                          attend_base, source)]
     own_keys, own_values = [], []
 
     def attend_own(y):
       q, k, v = self.attention.project(y)
       own_keys.append(k)
       own_values.append(v)
-      # [b, heads, T, T] against the base, [b, heads, T, j] against the
-      # step's own entries at the same position.
-      scores_base = jnp.einsum('bthd,bshd->bhts', q, base['k']) * scale
-      scores_base = jnp.where(causal, scores_base, -jnp.inf)
-      scores_own = jnp.stack([jnp.einsum('bthd,bthd->bht', q, key)
-                              for key in own_keys], axis=-1) * scale
-      weights = jax.nn.softmax(
-          jnp.concatenate([scores_base, scores_own], axis=-1), axis=-1)
-      out = (jnp.einsum('bhts,bshd->bthd', weights[..., :length], base['v'])
-             + jnp.einsum('bhtj,jbthd->bthd', weights[..., length:],
-                          jnp.stack(own_values)))
-      return self.attention.output(out)
+      return self.attention.output(attention.attend_with_own_entries(
+          q, base['k'], base['v'], causal, own_keys, own_values))
 
     for step in range(1, next_embeds.shape[2]):
-      states.append(self._apply(states[-1], next_embeds[:, :, step],
-                                attend_own))
+      states.append(self._apply(states[-1], embeds(step, states[-1]),
+                                attend_own, source))
     return jnp.stack(states, axis=2)
 
-  def init_cache(self, batch: int, positions: int, dtype) -> DraftCache:
-    """An empty cache of `positions` positions per example."""
+  def init_cache(self, batch: int, positions: int, dtype,
+                 encoded: jax.Array | None = None) -> DraftCache:
+    """An empty cache of `positions` positions per example.
+
+    Args:
+      batch, positions: its shape.
+      dtype: the entries' dtype.
+      encoded: [batch, source_length, d_model] the encoder output, which
+        draft_source 'own' projects once here; None otherwise.
+    """
+    source = None
+    if self.source == 'own':
+      if encoded is None:
+        raise ValueError("draft_source 'own' projects the encoder output: "
+                         'pass it.')
+      source = self.project_source(encoded)
     return DraftCache(attention.KVCache.zeros(batch, positions,
                                               self.num_heads, self.head_dim,
-                                              dtype))
+                                              dtype), source)
 
   def extend(self, cache: DraftCache, features: jax.Array,
-             next_embeds: jax.Array, start: jax.Array
+             next_embeds: jax.Array, start: jax.Array,
+             source: DraftSource | None = None
              ) -> tuple[jax.Array, DraftCache]:
     """Writes n entries per example at start .. start + n - 1, attends.
 
     Args:
       cache: from `init_cache` or a previous `extend`.
-      features: [batch, n, d_model] the features at those positions (the
-        base's, or the layer's own g while drafting).
+      features: [batch, n, d_model] the inputs at those positions: the
+        base's (through `base_features`) or the layer's own g.
       next_embeds: [batch, n, d_model] embeddings of the token after each.
       start: [batch] absolute position of the first entry.
+      source: the source (draft_source other than 'none').
 
     Returns:
       ([batch, n, d_model] g at those positions, updated cache).
@@ -177,5 +259,5 @@ class DraftLayer(nnx.Module):
       out, entries['cache'] = self.attention.extend(y, cache.attention, start)
       return out
 
-    out = self._apply(features, next_embeds, attend)
-    return out, DraftCache(entries['cache'])
+    out = self._apply(features, next_embeds, attend, source)
+    return out, dataclasses.replace(cache, attention=entries['cache'])

@@ -67,7 +67,9 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
   pretrained = gpt2.load_gpt2(
       directory, num_proposal_heads=model_config.num_proposal_heads,
       head_layer=model_config.head_layer,
-      head_hidden=model_config.head_hidden, dtype=model_config.dtype,
+      head_hidden=model_config.head_hidden,
+      draft_feature_layers=model_config.draft_feature_layers,
+      dtype=model_config.dtype,
       param_dtype=model_config.param_dtype)
   differ = [f'{name}={getattr(model_config, name)!r} (the checkpoint: '
             f'{getattr(pretrained.config, name)!r})'

@@ -97,14 +97,17 @@ MODEL_TENSORS = {
 
 def load_gpt2(directory: str, *, num_proposal_heads: int = 1,
               head_layer: str = 'independent',
-              head_hidden: int | None = None, dtype: str = 'float32',
-              param_dtype: str = 'float32', seed: int = 0) -> Transformer:
+              head_hidden: int | None = None,
+              draft_feature_layers: tuple[int, ...] = (),
+              dtype: str = 'float32', param_dtype: str = 'float32',
+              seed: int = 0) -> Transformer:
   """The GPT-2 checkpoint in `directory` as a decoder-only Transformer.
 
   Args:
     directory: holds config.json and model.safetensors.
     num_proposal_heads: k, the blockwise heads (1: the base model alone).
-    head_layer, head_hidden: the heads' layer (TransformerConfig).
+    head_layer, head_hidden, draft_feature_layers: the heads' layer
+      (TransformerConfig).
     dtype: computation dtype.
     param_dtype: parameter dtype (the tensors are cast to it).
     seed: initialises the proposal heads, the only parameters not read.
@@ -119,7 +122,8 @@ def load_gpt2(directory: str, *, num_proposal_heads: int = 1,
   origin = os.path.join(directory, CONFIG_FILE)
   config = config_from_hf(
       hf_config, num_proposal_heads=num_proposal_heads,
-      head_layer=head_layer, head_hidden=head_hidden, dtype=dtype,
+      head_layer=head_layer, head_hidden=head_hidden,
+      draft_feature_layers=draft_feature_layers, dtype=dtype,
       param_dtype=param_dtype, origin=origin)
   path = _existing(directory, WEIGHTS_FILE)
   model = Transformer(config, rngs=nnx.Rngs(seed))
@@ -174,8 +178,9 @@ def endoftext_id(hf_config: dict, origin: str = CONFIG_FILE) -> int:
 
 def config_from_hf(hf_config: dict, *, num_proposal_heads: int = 1,
                    head_layer: str = 'independent',
-                   head_hidden: int | None = None, dtype: str = 'float32',
-                   param_dtype: str = 'float32',
+                   head_hidden: int | None = None,
+                   draft_feature_layers: tuple[int, ...] = (),
+                   dtype: str = 'float32', param_dtype: str = 'float32',
                    origin: str = CONFIG_FILE) -> TransformerConfig:
   """The TransformerConfig of a GPT-2 config.json (as a dict).
 
@@ -184,8 +189,9 @@ def config_from_hf(hf_config: dict, *, num_proposal_heads: int = 1,
 
   Args:
     hf_config: the parsed config.json.
-    num_proposal_heads, head_layer, head_hidden, dtype, param_dtype: the
-      TransformerConfig fields the checkpoint does not fix.
+    num_proposal_heads, head_layer, head_hidden, draft_feature_layers,
+      dtype, param_dtype: the TransformerConfig fields the checkpoint does
+      not fix.
     origin: the file named in error messages.
 
   Raises:
@@ -224,6 +230,7 @@ def config_from_hf(hf_config: dict, *, num_proposal_heads: int = 1,
         max_target_len=_field(hf_config, 'n_positions', 1024, origin),
         tie_output=True, num_proposal_heads=num_proposal_heads,
         head_layer=head_layer, head_hidden=head_hidden,
+        draft_feature_layers=tuple(draft_feature_layers),
         # <|endoftext|> both ends a text and starts the next (module doc).
         eos_id=gpt2_ids.EOS_ID, bos_id=gpt2_ids.EOS_ID,
         pad_id=gpt2_ids.PAD_ID, dtype=dtype, param_dtype=param_dtype)

@@ -139,23 +139,30 @@ def sequential_step(weights: HeadWeights, index: int, state: jax.Array,
 
 
 def sequential_states(weights: HeadWeights, h: jax.Array,
-                      previous: jax.Array) -> jax.Array:
+                      previous: jax.Array, feed=None) -> jax.Array:
   """Head states of a run of sequential heads from head 1 on, every
-  earlier head fed the given tokens (teacher forcing).
+  earlier head fed the given tokens (teacher forcing) or its own.
 
   Args:
     weights: from `ProposalHeads.weights(0, count)`.
     h: [..., d_model] decoder outputs (head 1's state).
     previous: [..., count - 1, d_model] embeddings of the tokens heads
       1 .. count - 1 are taken to have proposed.
+    feed: the training-time test: (index >= 1, state of head index + 1)
+      -> [..., d_model] the embedding head index + 2 reads in place of
+      previous[..., index, :] (e.g. of that state's argmax token). Head 2
+      always reads previous[..., 0, :]: head 1's token is the base's,
+      always accepted, so part of the prefix (the data, in training).
+      None: previous throughout.
 
   Returns:
     [..., count, d_model].
   """
   states = [h]
   for index in range(previous.shape[-2]):
-    states.append(sequential_step(weights, index, states[-1],
-                                  previous[..., index, :]))
+    token = (previous[..., index, :] if feed is None or index == 0
+             else feed(index, states[-1]))
+    states.append(sequential_step(weights, index, states[-1], token))
   return jnp.stack(states, axis=-2)
 
 
@@ -167,7 +174,8 @@ class ProposalHeads(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, hidden: int, *,
                layer: str = 'independent', head1_from_base: bool = True,
-               attention_heads: int = 1, dtype=None,
+               attention_heads: int = 1, draft_source: str = 'none',
+               draft_extra_features: int = 0, dtype=None,
                param_dtype=jnp.float32, rngs: nnx.Rngs):
     """Creates the head layer.
 
@@ -180,6 +188,10 @@ class ProposalHeads(nnx.Module):
       head1_from_base: head 1 is the decoder output itself (no layer);
         sequential heads and the draft layer need it.
       attention_heads: the autoregressive draft layer's attention heads.
+      draft_source: where the draft layer reads the source
+        (draft_layer.DRAFT_SOURCES).
+      draft_extra_features: lower decoder layers the draft layer reads
+        beside the top one.
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
@@ -211,7 +223,8 @@ class ProposalHeads(nnx.Module):
     elif layer == 'autoregressive':
       # One layer drafts every head after head 1.
       self.draft = draft_layer_lib.DraftLayer(
-          d_model, attention_heads, hidden, dtype=dtype,
+          d_model, attention_heads, hidden, source=draft_source,
+          extra_features=draft_extra_features, dtype=dtype,
           param_dtype=param_dtype, rngs=rngs)
     elif layer == 'sequential':
       self.w_in, self.b_in = p(n, 2 * d_model, hidden), z(n, hidden)
@@ -221,16 +234,24 @@ class ProposalHeads(nnx.Module):
       self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
 
   def __call__(self, h: jax.Array, first: int, count: int,
-               previous: jax.Array | None = None) -> jax.Array:
+               previous: jax.Array | None = None, *,
+               features: jax.Array | None = None,
+               source: draft_layer_lib.DraftSource | None = None,
+               feed=None) -> jax.Array:
     """States of heads first+1 .. first+count (1-based) from decoder outputs.
 
     Args:
       h: [..., d_model] decoder outputs.
       first: 0-based index of the first head wanted.
       count: number of consecutive heads wanted.
-      previous: sequential heads only: [..., first + count - 1, d_model]
+      previous: dependent heads only: [..., first + count - 1, d_model]
         embeddings of the tokens heads 1 .. first + count - 1 are taken to
         have proposed (in training the true ones).
+      features: the draft layer's: [..., (1 + extra) * d_model] the base's
+        features, top first (None: h).
+      source: the draft layer's view of the source, if it reads one.
+      feed: dependent heads: the training-time test's tokens (see
+        `sequential_states`, `DraftLayer.unroll`); None: previous.
 
     Returns:
       [..., count, d_model].
@@ -246,7 +267,8 @@ class ProposalHeads(nnx.Module):
               f'the draft layer\'s heads {first + 1}..{first + count} need '
               f'the embeddings of {needed} earlier tokens, got '
               f'{None if previous is None else previous.shape}.')
-        steps = self.draft.unroll(h, previous[..., :needed, :])
+        steps = self.draft.unroll(h if features is None else features,
+                                  previous[..., :needed, :], source, feed)
         states = jnp.concatenate([states, steps], axis=-2)
       return states[..., first:, :]
     if previous is None or previous.shape[-2] < needed:
@@ -254,7 +276,7 @@ class ProposalHeads(nnx.Module):
                        f'the embeddings of {needed} earlier tokens, got '
                        f'{None if previous is None else previous.shape}.')
     states = sequential_states(self.weights(0, first + count), h,
-                               previous[..., :needed, :])
+                               previous[..., :needed, :], feed)
     return states[..., first:, :]
 
   def weights(self, first: int, count: int) -> HeadWeights:

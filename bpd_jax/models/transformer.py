@@ -92,6 +92,13 @@ class TransformerConfig:
       with its own cache; see models/heads.py).
     head_hidden: hidden width of one head's layer; None means d_ff.
     head1_from_base: head 1 is the base model's next-token output, untouched.
+    draft_source: where the autoregressive draft layer reads the source
+      of an encoder-decoder (models/draft_layer.py): 'none', 'base' (the
+      base's top decoder layer's source keys and values) or 'own' (its own
+      projection of the encoder output).
+    draft_feature_layers: decoder layers (0-based, below the top one)
+      whose outputs the draft layer reads beside the top output (after
+      EAGLE-3); () for the top alone.
     local_attention_block: 0 for causal attention over every earlier decoder
       position; > 0 for local 1D attention: decoder positions are cut into
       query blocks of this length (see attention.LocalWindow).
@@ -125,6 +132,8 @@ class TransformerConfig:
   head_layer: str = 'independent'
   head_hidden: int | None = None
   head1_from_base: bool = True
+  draft_source: str = 'none'
+  draft_feature_layers: tuple[int, ...] = ()
   local_attention_block: int = 0
   local_attention_memory: int = 0
   image: positions_lib.ImagePositions | None = None
@@ -168,6 +177,28 @@ class TransformerConfig:
           or self.head1_from_base,
           f'head_layer={self.head_layer!r} starts from the base model\'s '
           'own next token: head1_from_base must be True.')
+    check(self.draft_source in draft_layer_lib.DRAFT_SOURCES,
+          f'draft_source={self.draft_source!r} is not one of '
+          f'{draft_layer_lib.DRAFT_SOURCES}.')
+    draft_layer = self.head_layer == 'autoregressive'
+    check(self.draft_source == 'none'
+          or (draft_layer and self.is_encoder_decoder),
+          f'draft_source={self.draft_source!r} is the autoregressive draft '
+          f'layer\'s attention over an encoder-decoder\'s source (here '
+          f'head_layer={self.head_layer!r}, num_encoder_layers='
+          f'{self.num_encoder_layers}): set it to \'none\'.')
+    layers = self.draft_feature_layers
+    check(isinstance(layers, (tuple, list)) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in layers)
+          and list(layers) == sorted(set(layers))
+          and all(0 <= i < self.num_decoder_layers - 1 for i in layers),
+          f'draft_feature_layers={layers!r} must be distinct ascending '
+          f'decoder layers below the top one, in [0, '
+          f'{self.num_decoder_layers - 2}].')
+    check(not layers or draft_layer,
+          f'draft_feature_layers={layers!r} are read by the autoregressive '
+          f'draft layer; head_layer={self.head_layer!r}.')
+    object.__setattr__(self, 'draft_feature_layers', tuple(layers))
     check(self.head_hidden is None or self.head_hidden >= 1,
           f'head_hidden={self.head_hidden} must be >= 1 (or None for d_ff).')
     check(self.dtype in DTYPES and self.param_dtype in DTYPES,
@@ -245,6 +276,24 @@ class DecodeCache:
   memory_valid: jax.Array | None
   skip_source: jax.Array | None = None
   draft: draft_layer_lib.DraftCache | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecoderOutputs:
+  """What a full-sequence pass gives the heads (`Transformer.run`).
+
+  Attributes:
+    hidden: [batch, T, d_model] the decoder's top outputs.
+    features: [batch, T, (1 + m) * d_model] what the draft layer reads at
+      each position: the top output, then the m `draft_feature_layers`'
+      outputs (hidden itself when there are none).
+    source: the draft layer's view of the source (draft_source other than
+      'none'); None otherwise.
+  """
+  hidden: jax.Array
+  features: jax.Array
+  source: draft_layer_lib.DraftSource | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -391,7 +440,10 @@ class Transformer(nnx.Module):
         config.d_model, config.num_proposal_heads,
         config.head_hidden or config.d_ff, layer=config.head_layer,
         head1_from_base=config.head1_from_base,
-        attention_heads=config.num_heads, dtype=_dtype(config.dtype),
+        attention_heads=config.num_heads,
+        draft_source=config.draft_source,
+        draft_extra_features=len(config.draft_feature_layers),
+        dtype=_dtype(config.dtype),
         param_dtype=_dtype(config.param_dtype), rngs=rngs)
 
   # --- Embeddings and outputs.
@@ -425,33 +477,48 @@ class Transformer(nnx.Module):
       x = x + positions_lib.sinusoidal(positions, config.d_model, x.dtype)
     return _dropout(self.embed_dropout, x, dropout_rngs)
 
-  def head_states(self, hidden: jax.Array, first: int, count: int,
-                  next_tokens: jax.Array | None = None) -> jax.Array:
+  def head_states(self, hidden: jax.Array | DecoderOutputs, first: int,
+                  count: int, next_tokens: jax.Array | None = None,
+                  own_drafts: bool = False) -> jax.Array:
     """States of heads first+1 .. first+count from decoder outputs.
 
     Args:
-      hidden: [batch, T, d_model] decoder outputs.
+      hidden: [batch, T, d_model] decoder outputs, or the `run` of a pass
+        (what a draft layer that reads the source or lower layers needs).
       first: 0-based index of the first head.
       count: number of heads.
       next_tokens: [batch, T, >= first + count - 1] the tokens after each
         position (`losses.shifted_targets(target, 0, ...)`): what heads
-        1, 2, ... are taken to have proposed, read by sequential heads
-        (teacher forcing); unused by the other head layers.
+        1, 2, ... are taken to have proposed, read by the dependent head
+        layers (teacher forcing); unused by the others.
+      own_drafts: dependent heads read the tokens heads 2 .. before them
+        would have drafted (each state's argmax, no gradient through the
+        choice: the training-time test), not next_tokens'; head 1's token
+        stays next_tokens' (the base's, always accepted: the prefix).
 
     Returns:
       [batch, T, count, d_model].
     """
+    outputs = (hidden if isinstance(hidden, DecoderOutputs)
+               else DecoderOutputs(hidden, hidden))
     if self.heads.layer not in heads_lib.DEPENDENT_HEAD_LAYERS:
-      return self.heads(hidden, first, count)
+      return self.heads(outputs.hidden, first, count)
     if next_tokens is None:
       raise ValueError(f'{self.heads.layer} heads read the tokens before '
                        'theirs: pass next_tokens.')
     previous = self.token_embedding(
         next_tokens[..., :max(first + count - 1, 1)])
-    return self.heads(hidden, first, count, previous)
+    feed = None
+    if own_drafts:
+      feed = lambda _, state: self.token_embedding(
+          jax.lax.stop_gradient(jnp.argmax(self.logits(state), -1)))
+    return self.heads(outputs.hidden, first, count, previous,
+                      features=outputs.features, source=outputs.source,
+                      feed=feed)
 
-  def head_logits(self, hidden: jax.Array, first: int, count: int,
-                  next_tokens: jax.Array | None = None) -> jax.Array:
+  def head_logits(self, hidden: jax.Array | DecoderOutputs, first: int,
+                  count: int, next_tokens: jax.Array | None = None
+                  ) -> jax.Array:
     """Logits of heads first+1 .. first+count: `head_states` through the
     vocabulary projection, [batch, T, count, vocab_size]."""
     return self.logits(self.head_states(hidden, first, count, next_tokens))
@@ -498,7 +565,8 @@ class Transformer(nnx.Module):
     """
     if weights is None:
       weights = self.decoding_weights(1)
-    states = heads_lib.apply_heads(weights.scoring, hidden)[..., 0, :]
+    states = heads_lib.apply_heads(weights.scoring,
+                                   self._top(hidden))[..., 0, :]
     return states.astype(weights.vocab.dtype) @ weights.vocab
 
   def proposal_logits(self, hidden: jax.Array, k: int,
@@ -513,8 +581,23 @@ class Transformer(nnx.Module):
     """
     if weights is None:
       weights = self.decoding_weights(k)
-    states = heads_lib.apply_heads(weights.proposals, hidden)
+    states = heads_lib.apply_heads(weights.proposals, self._top(hidden))
     return states.astype(weights.vocab.dtype) @ weights.vocab
+
+  def _top(self, features: jax.Array) -> jax.Array:
+    """The decoder's top output [..., d_model] of `extend`'s features
+    (which carry the draft layer's lower-layer features after it)."""
+    if not self.config.draft_feature_layers:
+      return features
+    return features[..., :self.config.d_model]
+
+  def _draft_source(self, cache: DecodeCache):
+    """The draft layer's view of the source in a decode, or None."""
+    source = self.config.draft_source
+    if source == 'none':
+      return None
+    memory = cache.memory[-1] if source == 'base' else cache.draft.source
+    return draft_layer_lib.DraftSource(memory, cache.memory_valid)
 
   def draft(self, cache: DecodeCache, features: jax.Array,
             next_tokens: jax.Array, start: jax.Array, last: jax.Array,
@@ -524,8 +607,8 @@ class Transformer(nnx.Module):
 
     Args:
       cache: the decoding cache (the draft layer's entries in `cache.draft`).
-      features: [batch, n, d_model] decoder outputs at the n positions the
-        last call scored, start .. start + n - 1.
+      features: [batch, n, ...] `extend`'s features at the n positions
+        the last call scored, start .. start + n - 1.
       next_tokens: [batch, n] the token after each of those positions: the
         accepted tokens, then head 1's token after the last accepted one
         (what follows is stale and unread).
@@ -550,20 +633,21 @@ class Transformer(nnx.Module):
       # Every scored position's entry (stale ones are overwritten later),
       # then one entry per drafted token, at the positions after the last
       # accepted one.
-      states, draft = self.heads.draft.extend(
-          cache.draft, features, embed(next_tokens), start)
+      layer, source = self.heads.draft, self._draft_source(cache)
+      states, draft = layer.extend(cache.draft, layer.base_features(features),
+                                   embed(next_tokens), start, source)
       state = ops.take_at(states, last)
       for index in range(k - 1):
         logits.append(project(state))
         proposals.append(choose(index, logits[-1]))
         if index < k - 2:
-          state, draft = self.heads.draft.extend(
+          state, draft = layer.extend(
               draft, state[:, None], embed(proposals[-1])[:, None],
-              start + last + 1 + index)
+              start + last + 1 + index, source)
           state = state[:, 0]
       cache = dataclasses.replace(cache, draft=draft)
     else:
-      state, previous = ops.take_at(features, last), token
+      state, previous = ops.take_at(self._top(features), last), token
       for index in range(k - 1):
         state = heads_lib.sequential_step(weights.proposals, index, state,
                                           embed(previous))
@@ -586,6 +670,12 @@ class Transformer(nnx.Module):
 
   def __call__(self, source: jax.Array | None, decoder_input: jax.Array,
                dropout_rngs: nnx.Rngs | None = None) -> jax.Array:
+    """Decoder outputs for a whole target, without a cache: `run`'s
+    hidden, [batch, length, d_model]."""
+    return self.run(source, decoder_input, dropout_rngs).hidden
+
+  def run(self, source: jax.Array | None, decoder_input: jax.Array,
+          dropout_rngs: nnx.Rngs | None = None) -> DecoderOutputs:
     """Decoder outputs for a whole target, without a cache.
 
     Args:
@@ -596,9 +686,10 @@ class Transformer(nnx.Module):
       dropout_rngs: randomness for dropout (training); None: no dropout.
 
     Returns:
-      [batch, length, d_model]; apply `head_logits` for logits.
+      DecoderOutputs ([batch, length, d_model] top outputs first); apply
+      `head_logits` for logits.
     """
-    memory, memory_valid = self._memory(source, dropout_rngs)
+    memory, memory_valid, encoded = self._memory(source, dropout_rngs)
     positions = jnp.broadcast_to(jnp.arange(decoder_input.shape[1]),
                                  decoder_input.shape)
     window = self.config.local_window
@@ -607,8 +698,15 @@ class Transformer(nnx.Module):
       self_attend = lambda _, module, y: (module(y, mask), None)
     else:
       self_attend = lambda _, module, y: (module.local(y, window), None)
-    return self._decode(decoder_input, positions, memory, memory_valid,
-                        dropout_rngs, self_attend, source)[0]
+    features = self._decode(decoder_input, positions, memory, memory_valid,
+                            dropout_rngs, self_attend, source)[0]
+    draft_source = None
+    if self.config.draft_source == 'base':
+      draft_source = draft_layer_lib.DraftSource(memory[-1], memory_valid)
+    elif self.config.draft_source == 'own':
+      draft_source = draft_layer_lib.DraftSource(
+          self.heads.draft.project_source(encoded), memory_valid)
+    return DecoderOutputs(self._top(features), features, draft_source)
 
   # --- Cached decoding.
 
@@ -622,7 +720,7 @@ class Transformer(nnx.Module):
       source: [batch, source_length] tokens (encoder-decoder only).
     """
     config = self.config
-    memory, memory_valid = self._memory(source, None)
+    memory, memory_valid, encoded = self._memory(source, None)
     self_attention = tuple(
         attention.KVCache.zeros(batch, positions, config.num_heads,
                                 config.d_model // config.num_heads,
@@ -632,7 +730,7 @@ class Transformer(nnx.Module):
     draft = None
     if config.head_layer == 'autoregressive':
       draft = self.heads.draft.init_cache(batch, positions,
-                                          _dtype(config.dtype))
+                                          _dtype(config.dtype), encoded)
     return DecodeCache(self_attention, memory or (), memory_valid,
                        source if skip else None, draft)
 
@@ -646,7 +744,8 @@ class Transformer(nnx.Module):
       start: [batch] absolute position of tokens[:, 0] for every example.
 
     Returns:
-      ([batch, n, d_model] decoder outputs, updated cache).
+      ([batch, n, ...] features: the decoder outputs [..., :d_model], then
+      the draft_feature_layers' outputs; updated cache).
     """
     positions = start[:, None] + jnp.arange(tokens.shape[1])
     window = self.config.local_window
@@ -675,8 +774,8 @@ class Transformer(nnx.Module):
       ancestors: [batch, n, n] bool: node j is node i or its ancestor.
 
     Returns:
-      ([batch, n, d_model] decoder outputs, updated cache); the outputs of
-      a node equal those of the same tokens decoded as a chain.
+      ([batch, n, ...] features as `extend`'s, updated cache); the outputs
+      of a node equal those of the same tokens decoded as a chain.
     """
     if self.config.local_window is not None:
       raise ValueError('tree verification is not served with local '
@@ -714,23 +813,27 @@ class Transformer(nnx.Module):
         for c in cache.self_attention))
 
   def _memory(self, source, dropout_rngs):
-    """Projected encoder output per decoder layer, and source validity."""
+    """Projected encoder output per decoder layer, source validity, and the
+    encoder output itself."""
     if not self.config.is_encoder_decoder:
       if source is not None:
         raise ValueError('a decoder-only model takes no source.')
-      return None, None
+      return None, None, None
     if source is None:
       raise ValueError('an encoder-decoder model needs a source.')
     encoded = self.encode(source, dropout_rngs)
     memory = tuple(layer.cross_attention.project_memory(encoded)
                    for layer in self.decoder_layers)
-    return memory, source != self.config.pad_id
+    return memory, source != self.config.pad_id, encoded
 
   def _decode(self, tokens, positions, memory, memory_valid, dropout_rngs,
               self_attend, source=None):
-    """Decoder stack; `self_attend(i, module, y)` -> (out, layer cache)."""
+    """Decoder stack; `self_attend(i, module, y)` -> (out, layer cache).
+
+    Returns the features (the top output, then the outputs of the
+    draft_feature_layers) and each layer's cache."""
     x = self._embed(tokens, positions, False, dropout_rngs, source)
-    layer_caches = []
+    layer_caches, lower = [], []
     for i, layer in enumerate(self.decoder_layers):
       def attend(module, y, i=i):
         out, layer_cache = self_attend(i, module, y)
@@ -738,9 +841,11 @@ class Transformer(nnx.Module):
         return out
       x = layer(x, attend, None if memory is None else memory[i],
                 memory_valid, dropout_rngs)
+      if i in self.config.draft_feature_layers:
+        lower.append(x)
     if self.config.pre_norm:
       x = self.decoder_norm(x)
-    return x, layer_caches
+    return jnp.concatenate([x, *lower], axis=-1) if lower else x, layer_caches
 
 
 def _dropout(dropout: nnx.Dropout, x, rngs: nnx.Rngs | None):
