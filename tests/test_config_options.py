@@ -30,3 +30,10 @@ def test_sibling_loads_the_shared_base(tmp_path):
   (tmp_path / 'base.py').write_text('def get_config():\n  return 7\n')
   base = config_options.sibling(str(tmp_path / 'experiment.py'), 'base')
   assert base.get_config() == 7
+
+
+def test_layers_option():
+  assert config_options.layers('') == ()
+  assert config_options.layers('0+2') == (0, 2)
+  with pytest.raises(ValueError, match=r"'a\+1' is not layer numbers"):
+    config_options.layers('a+1')

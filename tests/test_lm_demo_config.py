@@ -86,3 +86,16 @@ def test_a_corpus_of_another_vocabulary_is_refused(tmp_path):
     task_lib.read_distilled(str(tmp_path), 512)
   with pytest.raises(FileNotFoundError, match='bpd_jax.distill'):
     task_lib.read_distilled(str(tmp_path / 'missing'), 300)
+
+
+def test_frozen_drafters_on_a_trained_run():
+  config = load_config('lm_demo', 'init_from=/runs/lm,frozen,heads='
+                       'autoregressive,features=0,targets=base,inputs=own')
+  config_checks.check(config)
+  assert config.train.freeze_base and config.train.head1_weight == 0.0
+  assert config.model.draft_feature_layers == (0,)
+  assert (config.train.head_targets, config.train.draft_inputs) == ('base',
+                                                                    'own')
+  with pytest.raises(ValueError, match='frozen trains new heads on a '
+                     'trained base: give init_from'):
+    load_config('lm_demo', 'frozen')

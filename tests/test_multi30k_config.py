@@ -55,3 +55,25 @@ def test_default_is_the_frozen_independent_run():
 def test_bad_options(arg, message):
   with pytest.raises(ValueError, match=message):
     load_config('multi30k', arg)
+
+
+def test_drafter_options_reach_the_model_and_the_loss():
+  config = load_config('multi30k', 'init_from=/runs/base,heads=autoregressive,'
+                       'source=base,features=0,targets=base,inputs=own')
+  config_checks.check(config)
+  assert config.model.draft_source == 'base'
+  assert config.model.draft_feature_layers == (0,)
+  assert (config.train.head_targets, config.train.draft_inputs) == ('base',
+                                                                    'own')
+  # The source and the lower layers are the draft layer's; own drafts are
+  # read only by heads that read drafts.
+  for arg, message in (('heads=sequential,source=own', "draft_source='own' "
+                        'is the autoregressive'),
+                       ('heads=independent,inputs=own', "draft_inputs='own': "
+                        "head_layer='independent' heads read no"),
+                       ('heads=autoregressive,targets=teacher',
+                        "head_targets='teacher' is not one of"),
+                       ('heads=autoregressive,features=1',
+                        r'draft_feature_layers=\(1,\) must be')):
+    with pytest.raises(ValueError, match=message):
+      config_checks.check(load_config('multi30k', f'init_from=/r,{arg}'))
