@@ -313,10 +313,9 @@ def tune_k(decoder, inputs, *, max_len: int,
     # tokens, teacher-forced on them.
     outputs = np.concatenate([np.asarray(r.tokens) for r in results])
     lengths = np.concatenate([np.asarray(r.lengths) for r in results])
-    top = np.concatenate([np.asarray(predictions.head_predictions(
-        decoder.model, inputs[start:start + batch_size],
-        outputs[start:start + batch_size], heads=heads, top_t=top_t)[0])
-                          for start in range(0, len(inputs), batch_size)])
+    top = predictions.head_predictions(
+        decoder.model, np.asarray(inputs), outputs, heads=heads, top_t=top_t,
+        batch_size=batch_size)[0]
     probabilities = predictions.rank_probabilities(top, outputs, lengths)
   return AutoK(appended, criterion.spec, margin, candidates,
                rank_probabilities=probabilities,

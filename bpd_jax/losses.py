@@ -28,15 +28,16 @@ def shift_right(target: jax.Array, bos_id: int) -> jax.Array:
 
 def shifted_targets(target: jax.Array, first: int, count: int,
                     pad_id: int = token_ids.PAD_ID) -> jax.Array:
-  """Labels of heads first .. first+count-1: [batch, length, count].
+  """Labels of heads first .. first+count-1: [batch, length, count, ...].
 
-  labels[b, t, j] = target[b, t + first + j], pad_id past the end.
+  labels[b, t, j] = target[b, t + first + j], pad_id past the end; target
+  is [batch, length, ...] (token ids, or any per-position values).
   """
   length = target.shape[1]
-  padded = jnp.pad(target, ((0, 0), (0, first + count)),
-                   constant_values=pad_id)
+  padded = jnp.pad(target, ((0, 0), (0, first + count))
+                   + ((0, 0),) * (target.ndim - 2), constant_values=pad_id)
   return jnp.stack([padded[:, first + j:first + j + length]
-                    for j in range(count)], axis=-1)
+                    for j in range(count)], axis=2)
 
 
 def token_losses(logits: jax.Array, labels: jax.Array,
@@ -270,12 +271,8 @@ def base_targets(base_logits: jax.Array, first: int,
     first, count: the heads.
   """
   probs = jax.nn.softmax(base_logits.astype(jnp.float32), -1)
-  length = probs.shape[1]
-  padded = jnp.pad(probs, ((0, 0), (0, first + count), (0, 0)))
-  targets = [padded[:, first + j:first + j + length] for j in range(count)]
-  if first == 0:
-    targets[0] = jnp.zeros_like(targets[0])
-  return jnp.stack(targets, axis=2)
+  targets = shifted_targets(probs, first, count, pad_id=0)
+  return targets.at[:, :, 0].set(0.0) if first == 0 else targets
 
 
 def _head_sums(model, states: jax.Array, labels: jax.Array,

@@ -18,8 +18,8 @@ from bpd_jax.models.transformer import Transformer
 
 
 def head_predictions(model: Transformer, sources: np.ndarray,
-                     outputs: np.ndarray, *, heads: int,
-                     top_t: int) -> tuple[np.ndarray, np.ndarray]:
+                     outputs: np.ndarray, *, heads: int, top_t: int,
+                     batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
   """Every head's top-t tokens and confidence at every output position.
 
   Args:
@@ -29,13 +29,17 @@ def head_predictions(model: Transformer, sources: np.ndarray,
     outputs: [batch, length] the model's greedy outputs (pad after eos).
     heads: K, heads read (1 = the scoring model).
     top_t: tokens kept per head.
+    batch_size: rows a forward pass.
 
   Returns:
     (top [batch, length, K, t] token ids, best first; confidence
     [batch, length, K] max softmax probability).
   """
-  return _predict(model, jnp.asarray(sources), jnp.asarray(outputs),
-                  heads, top_t)
+  parts = [_predict(model, jnp.asarray(sources[start:start + batch_size]),
+                    jnp.asarray(outputs[start:start + batch_size]), heads,
+                    top_t) for start in range(0, len(outputs), batch_size)]
+  return tuple(np.concatenate([np.asarray(part[i]) for part in parts])
+               for i in range(2))
 
 
 @functools.partial(jax.jit, static_argnames=('heads', 'top_t'))
@@ -56,19 +60,21 @@ def _predict(model, sources, outputs, heads, top_t):
     tokens, _ = losses.decoder_only_sequence(sources, outputs, config.pad_id)
     next_tokens = losses.shifted_targets(tokens, 1, max(heads - 1, 1),
                                          config.pad_id)
-    logits = model.head_logits(model.run(None, tokens), 0, heads,
+    states = model.head_states(model.run(None, tokens), 0, heads,
                                next_tokens)
     prompt_lengths = (sources != config.pad_id).sum(1, keepdims=True)
     positions = prompt_lengths - 1 + jnp.arange(outputs.shape[1])[None]
-    logits = jnp.take_along_axis(logits, positions[..., None, None], axis=1)
+    # Only the outputs' positions go through the vocabulary projection.
+    logits = model.logits(jnp.take_along_axis(
+        states, positions[..., None, None], axis=1))
   probs = jax.nn.softmax(logits)
   confidence, top = jax.lax.top_k(probs, top_t)
   return top, confidence[..., 0]
 
 
 def head_accuracy(model: Transformer, sources: np.ndarray,
-                  outputs: np.ndarray, lengths: np.ndarray, *, heads: int,
-                  batch_size: int = 16) -> list[float]:
+                  outputs: np.ndarray, lengths: np.ndarray, *,
+                  heads: int) -> list[float]:
   """Teacher-forced top-1 accuracy of each head on given outputs.
 
   On the greedy outputs this is what acceptance depends on: head h + 1
@@ -82,21 +88,23 @@ def head_accuracy(model: Transformer, sources: np.ndarray,
     outputs: [batch, length] the outputs (pad after the end).
     lengths: [batch] their lengths.
     heads: K, heads read.
-    batch_size: rows a forward pass.
 
   Returns:
-    K accuracies, over every position where the output has head h + 1's
-    token (nan where none has).
+    `top1_accuracy` of the heads' predictions on them.
   """
-  top = np.concatenate([np.asarray(head_predictions(
-      model, sources[start:start + batch_size],
-      outputs[start:start + batch_size], heads=heads, top_t=1)[0])
-                        for start in range(0, len(outputs), batch_size)])
-  target, valid = targets(outputs, lengths, heads)
+  top = head_predictions(model, sources, outputs, heads=heads, top_t=1)[0]
+  return top1_accuracy(top, outputs, lengths)
+
+
+def top1_accuracy(top: np.ndarray, outputs: np.ndarray,
+                  lengths: np.ndarray) -> list[float]:
+  """K accuracies: how often head h + 1's best token (top [batch, length,
+  K, >= 1] from `head_predictions`) is outputs' token i + h, over every
+  position i where the output has it (nan where none has)."""
+  target, valid = targets(outputs, lengths, top.shape[2])
   right = (top[..., 0] == target) & valid
-  counts = valid.sum((0, 1))
   return [round(float(r) / float(c), 4) if c else float('nan')
-          for r, c in zip(right.sum((0, 1)), counts)]
+          for r, c in zip(right.sum((0, 1)), valid.sum((0, 1)))]
 
 
 def targets(outputs: np.ndarray, lengths: np.ndarray,

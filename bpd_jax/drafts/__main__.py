@@ -139,14 +139,8 @@ def main(argv):
     lengths.append(np.asarray(result.lengths))
   outputs, lengths = np.concatenate(outputs), np.concatenate(lengths)
   heads = max(d.ks)
-  top, conf = [], []
-  for start in range(0, len(padded), 16):
-    t, c = predictions.head_predictions(
-        model, padded[start:start + 16], outputs[start:start + 16],
-        heads=heads, top_t=max(d.top_ts))
-    top.append(np.asarray(t))
-    conf.append(np.asarray(c))
-  top, conf = np.concatenate(top), np.concatenate(conf)
+  top, conf = predictions.head_predictions(model, padded, outputs,
+                                          heads=heads, top_t=max(d.top_ts))
   report['analysis'] = dict(
       examples=len(sources), tokens=int(lengths.sum()),
       confidence=analysis.confidence(top, conf, outputs, lengths),

@@ -21,7 +21,7 @@ is then simulated from the same arrays with the decoder's acceptance rule
 
 import numpy as np
 
-from bpd_jax.predictions import targets
+from bpd_jax.predictions import targets, top1_accuracy
 
 
 def simulate_blocks(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
@@ -91,8 +91,7 @@ def confidence(top: np.ndarray, conf: np.ndarray, outputs: np.ndarray,
   return dict(
       mean_max_prob=[_ratio(conf[..., h][valid[..., h]].sum(),
                             valid[..., h].sum()) for h in range(heads)],
-      accuracy=[_ratio(right[..., h][valid[..., h]].sum(),
-                       valid[..., h].sum()) for h in range(heads)],
+      accuracy=top1_accuracy(top, outputs, lengths),
       mean_max_prob_when_right=[
           _ratio(conf[..., h][valid[..., h] & right[..., h]].sum(),
                  (valid[..., h] & right[..., h]).sum())

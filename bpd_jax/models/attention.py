@@ -104,8 +104,7 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
                             own_values: list[jax.Array]) -> jax.Array:
   """Attention over a sequence's keys plus entries of each query's own.
 
-  What an unrolled drafting step (or a branch of a greedy continuation)
-  attends to at every position t at once: the sequence's entries that
+  What an unrolled drafting step attends to at every position t at once: the sequence's entries that
   `mask` lets t see, and the entries written at t by the steps before it
   and by itself, which no other position sees. Those join the scores as
   extra columns, one per step, instead of a [T, T] matrix a step.
