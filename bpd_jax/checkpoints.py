@@ -11,7 +11,10 @@ modulo 2**32, computed on the devices from the global array: one value
 whatever the mesh), and every restore recomputes and compares them. A
 damaged, partial or unreadable step is reported in one line naming the
 step and the array or file; `restore_latest` then takes the newest intact
-step instead.
+step instead, and a training run moves the damaged newer steps aside (so
+that it can save those step numbers again; nothing is deleted). A step
+without checksums cannot be verified and counts as damaged, unless the
+caller asks to read such steps unverified (`read_unverified`).
 
 A save runs in the background; a failed one (disk full, no permission) is
 raised as `errors.SaveError` by the next `check`, `save` or `wait`.
@@ -40,7 +43,7 @@ class Checkpoints:
   """The checkpoints of one training run (a directory of numbered steps)."""
 
   def __init__(self, directory: str, max_to_keep: int = 3, log=print,
-               read_only: bool = False):
+               read_only: bool = False, read_unverified: bool = False):
     """A run's checkpoint directory (created unless `read_only`).
 
     Args:
@@ -48,11 +51,15 @@ class Checkpoints:
       max_to_keep: the newest steps kept; older ones are deleted.
       log: where fallbacks to an older step are reported.
       read_only: only restores (another run's checkpoints).
+      read_unverified: read a step that has no checksums (an older version
+        wrote it) without verification, saying so; otherwise such a step
+        is damaged.
     """
     if max_to_keep < 1:
       raise ValueError(f'max_to_keep={max_to_keep} must be >= 1.')
     self.directory = os.path.abspath(directory)
     self._log = log
+    self._read_unverified = read_unverified
     _drop_orbax_unraisable_reports()
     # Orbax's own read_only option logs three warnings; create=False and no
     # saves read as well.
@@ -109,6 +116,12 @@ class Checkpoints:
       Damaged: the step cannot be read back intact.
     """
     step_dir = os.path.join(self.directory, str(step))
+    # Orbax restores some trees without this file and fails on others (a
+    # training state's types are read from it): a step without it is
+    # damaged, for every caller alike.
+    if not os.path.isfile(os.path.join(step_dir, _STATE, '_METADATA')):
+      raise Damaged(f'checkpoint step {step} in {self.directory} cannot be '
+                    f'read: its metadata file {_STATE}/_METADATA is missing')
     reason = None
     try:
       restored = self._manager.restore(step, args=ocp.args.Composite(**{
@@ -139,13 +152,17 @@ class Checkpoints:
     return ocp.args.PyTreeRestore(item, restore_args=restore_args,
                                   partial_restore=bool(only))
 
-  def restore_latest(self, abstract_for, only: str | None = None):
+  def restore_latest(self, abstract_for, only: str | None = None,
+                     set_aside: str | None = None):
     """(step, state) of the newest step that reads back intact.
 
     Args:
       abstract_for: step -> the abstract state to restore that step into
         (it may depend on the step: a phase's optimizer state), or None.
       only: as in `restore`.
+      set_aside: a directory to move the damaged steps newer than the one
+        restored into (a run that goes on training must be able to save
+        those steps again); None leaves them where they are (a reader).
 
     Returns:
       (None, None) if the directory holds no step.
@@ -164,12 +181,32 @@ class Checkpoints:
       if failures:
         self._log(f'Using step {step}, the newest intact checkpoint in '
                   f'{self.directory}.')
+        if set_aside is not None:
+          self._set_aside([s for s in self.all_steps() if s > step],
+                          set_aside)
       return step, state
     if failures:
       raise errors.CheckpointError(
           f'no checkpoint in {self.directory} reads back intact '
           f'({len(failures)} tried; newest: {failures[0]}).')
     return None, None
+
+  def _set_aside(self, steps: list[int], destination: str) -> None:
+    """Moves `steps` (damaged) into `destination`, each under a new name."""
+    os.makedirs(destination, exist_ok=True)
+    moved = []
+    for step in steps:
+      target = os.path.join(destination, str(step))
+      copy = 1
+      while os.path.exists(target):  # An earlier fallback's step `step`.
+        copy += 1
+        target = os.path.join(destination, f'{step}.{copy}')
+      os.replace(os.path.join(self.directory, str(step)), target)
+      moved.append(target)
+    self._manager.reload()  # Orbax caches the steps it found.
+    self._log(f'Moved the damaged step(s) {", ".join(moved)} aside (kept '
+              f'for inspection, never read again): training goes on from '
+              f'the intact step.')
 
   def wait(self) -> None:
     """Blocks until saves in flight are on disk.
@@ -188,8 +225,12 @@ class Checkpoints:
 
   def _saved_checksums(self, step: int, step_dir: str) -> dict | None:
     if not os.path.isdir(os.path.join(step_dir, _CHECKSUMS)):
+      if not self._read_unverified:
+        raise Damaged(f'checkpoint step {step} in {self.directory} has no '
+                      f'checksums, so it cannot be verified (to read it '
+                      f'anyway: --config.train.read_unverified=True)')
       self._log(f'Checkpoint step {step} in {self.directory} has no '
-                f'checksums (an older version wrote it): read unverified.')
+                f'checksums: read unverified (train.read_unverified).')
       return None
     try:
       return self._manager.restore(step, args=ocp.args.Composite(**{
@@ -209,12 +250,14 @@ def abstract_like(state, shardings=None):
       state, shardings)
 
 
-def restore_params_dict(directory: str, log=print) -> dict:
+def restore_params_dict(directory: str, log=print,
+                        read_unverified: bool = False) -> dict:
   """The `params` of the newest intact checkpoint in `directory`, as nested
   dicts of numpy arrays (the optimizer state is not read).
 
   For warm starts and evaluation of a run whose model may differ from the
-  caller's (other heads): no target structure is needed.
+  caller's (other heads): no target structure is needed. `read_unverified`
+  as in `Checkpoints`.
 
   Raises:
     errors.MissingFileError: no checkpoint in `directory`.
@@ -224,7 +267,8 @@ def restore_params_dict(directory: str, log=print) -> dict:
   if not os.path.isdir(directory):
     raise errors.MissingFileError(f'no checkpoint in {directory}: the '
                                   f'directory does not exist.')
-  store = Checkpoints(directory, log=log, read_only=True)
+  store = Checkpoints(directory, log=log, read_only=True,
+                      read_unverified=read_unverified)
   try:
     step, restored = store.restore_latest(lambda _: None, only='params')
   finally:

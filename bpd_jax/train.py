@@ -231,7 +231,7 @@ def train(config, workdir: str, log=print, evaluate=None):
   optimizers = {phase: _optimizer(train_config, phase) for phase in phases}
   checkpoints = checkpoints_lib.Checkpoints(
       os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints,
-      log=log)
+      log=log, read_unverified=train_config.read_unverified)
 
   def new_state(params, phase):
     trainable = nnx.split_state(params, HEADS if phase.heads_only
@@ -257,14 +257,17 @@ def train(config, workdir: str, log=print, evaluate=None):
     shardings, abstract = state_shardings(phase_at(phases, step))
     return checkpoints_lib.abstract_like(abstract, shardings)
 
-  # The newest step that reads back intact (a damaged one is reported).
-  latest, state = checkpoints.restore_latest(abstract_at)
+  # The newest step that reads back intact (a damaged one is reported, and
+  # moved aside: the run will save that step number again).
+  latest, state = checkpoints.restore_latest(
+      abstract_at, set_aside=os.path.join(workdir, 'damaged_checkpoints'))
   if latest is not None:
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
   else:
     if train_config.init_from:
       params = factory.warm_start(params, model_config,
-                                  train_config.init_from)
+                                  train_config.init_from,
+                                  train_config.read_unverified)
       log(f'Warm start of the base from {train_config.init_from}.')
     phase = phases[0]
     shardings, _ = state_shardings(phase)

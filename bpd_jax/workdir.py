@@ -51,6 +51,7 @@ MAY_CHANGE_ON_RESUME = (
     'train.checkpoint_every',  # Only how often it saves.
     'train.keep_checkpoints',  # Only how many saves it keeps.
     'train.init_from',  # Read only at a run's first start, not on resume.
+    'train.read_unverified',  # How checkpoints are read, not what they hold.
     'mesh.*',  # The same arrays over another device layout.
     'eval.*',  # What it decodes and measures, not what it trains.
     'drafts.*',  # The draft job's settings; training reads none.
@@ -81,6 +82,7 @@ ADDED_FIELDS = {
     'train.draft_inputs': 'data',  # Teacher forcing.
     'model.draft_source': 'none',  # The draft layer read no source.
     'model.draft_feature_layers': (),  # The draft layer read the top only.
+    'train.read_unverified': False,  # Unverifiable steps were refused.
 }
 
 _ABSENT = object()  # A field one side of a comparison does not have.

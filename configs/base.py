@@ -77,6 +77,9 @@ def get_config():
   train.log_every = 250  # Steps between progress lines.
   train.checkpoint_every = 1_000  # Steps between checkpoints (and at phase ends).
   train.keep_checkpoints = 2  # Newest checkpoints kept.
+  # Read checkpoint steps that have no checksums (an older version wrote
+  # them) unverified; False: such a step counts as damaged (jobs fall back).
+  train.read_unverified = False
 
   config.mesh = mesh = ml_collections.ConfigDict()
   mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.

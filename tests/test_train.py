@@ -157,6 +157,26 @@ def test_preempted_and_resumed_run_equals_an_uninterrupted_one(
                       flat(params_of(uninterrupted)))
 
 
+def test_a_damaged_newest_step_is_set_aside_and_the_run_finishes(
+    tmp_path, uninterrupted):
+  workdir = tmp_path / 'run'
+  train.train(tiny_config(), str(workdir), log=quiet)
+  final = workdir / 'checkpoints' / '20'
+  data = max((p for p in final.rglob('*') if p.is_file() and '/d/' in str(p)),
+             key=lambda p: p.stat().st_size)
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  lines = []
+  # Before: restored from step 18, then stuck at saving step 20 again.
+  resumed, _ = train.train(tiny_config(), str(workdir), log=lines.append)
+  assert any(line.startswith('Moved the damaged step(s) '
+                             f'{workdir}/damaged_checkpoints/20 aside')
+             for line in lines), lines
+  assert 'Resumed from step 18' in '\n'.join(lines)
+  assert (workdir / 'damaged_checkpoints' / '20' / 'state').is_dir()
+  assert_params_equal(flat(params_of(resumed)),
+                      flat(params_of(uninterrupted)))
+
+
 # A minute of subprocesses; SIGTERM's save-and-resume stays in the default run.
 @pytest.mark.slow
 def test_killed_during_a_save_and_resumed_equals_an_uninterrupted_run(

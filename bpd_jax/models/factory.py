@@ -42,12 +42,13 @@ def restore_model(config, workdir: str, vocab_size: int) -> Transformer:
                       rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model)
   params = params_from_checkpoint(
-      params, os.path.join(workdir, 'checkpoints'), heads=True)
+      params, os.path.join(workdir, 'checkpoints'), heads=True,
+      read_unverified=config.train.read_unverified)
   return nnx.merge(graphdef, params)
 
 
 def warm_start(params: nnx.State, model_config: TransformerConfig,
-               directory: str) -> nnx.State:
+               directory: str, read_unverified: bool = False) -> nnx.State:
   """`params` with the base of another model; the heads keep theirs.
 
   Args:
@@ -55,6 +56,7 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
     model_config: the run's architecture.
     directory: a run's workdir (its latest checkpoint), or a pretrained
       GPT-2 folder (config.json and model.safetensors, models/gpt2.py).
+    read_unverified: as in `params_from_checkpoint`.
 
   Raises:
     errors.MissingFileError, errors.CheckpointError: as
@@ -63,7 +65,8 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
   """
   if not gpt2.is_checkpoint(directory):
     return params_from_checkpoint(
-        params, os.path.join(directory, 'checkpoints'), heads=False)
+        params, os.path.join(directory, 'checkpoints'), heads=False,
+        read_unverified=read_unverified)
   pretrained = gpt2.load_gpt2(
       directory, num_proposal_heads=model_config.num_proposal_heads,
       head_layer=model_config.head_layer,
@@ -95,8 +98,8 @@ _ARCHITECTURE = ('vocab_size', 'd_model', 'd_ff', 'num_heads',
                  'scale_embeddings', 'pad_id', 'eos_id', 'bos_id')
 
 
-def params_from_checkpoint(params: nnx.State, directory: str,
-                           heads: bool) -> nnx.State:
+def params_from_checkpoint(params: nnx.State, directory: str, heads: bool,
+                           read_unverified: bool = False) -> nnx.State:
   """`params` with values from the latest checkpoint of another run.
 
   Args:
@@ -104,13 +107,15 @@ def params_from_checkpoint(params: nnx.State, directory: str,
     directory: a checkpoint directory (WORKDIR/checkpoints).
     heads: take the proposal heads too; if False they keep their values
       (a warm start of new heads on a trained base).
+    read_unverified: read a step without checksums (`checkpoints.py`).
 
   Raises:
     errors.MissingFileError: no checkpoint there.
     errors.CheckpointError: none of its steps reads back intact.
     errors.ConfigError: a parameter is missing there or has another shape.
   """
-  saved = checkpoints_lib.restore_params_dict(directory)
+  saved = checkpoints_lib.restore_params_dict(
+      directory, read_unverified=read_unverified)
 
   def take(path, value):
     keys = [str(getattr(p, 'key', getattr(p, 'name', p))) for p in path]
