@@ -44,6 +44,7 @@ from typing import Callable
 
 import numpy as np
 
+from bpd_jax import atomic_files
 from bpd_jax import decoding
 from bpd_jax import predictions
 
@@ -208,21 +209,21 @@ class AutoK:
     return self._choices[shape]
 
   def save(self, path: str) -> None:
-    """Writes the statistics and the measured costs as JSON (a tree's
-    cost under 'tree:N', N its nodes)."""
+    """Writes the statistics and the measured costs as JSON, atomically (a
+    tree's cost under 'tree:N', N its nodes)."""
     costs = [dict(batch=b, source_len=s, max_len=m,
                   seconds={candidate_name(c): v for c, v in cost.items()})
              for (b, s, m), cost in self.step_costs.items()]
     probabilities = (None if self.rank_probabilities is None
                      else self.rank_probabilities.tolist())
-    with open(path, 'w') as f:
-      json.dump(dict(appended=self.appended.tolist(),
-                     appended_at={str(k): counts.tolist() for k, counts
-                                  in self.appended_at.items()},
-                     criterion=self.criterion, margin=self.margin,
-                     candidates=self.candidates, step_costs=costs,
-                     rank_probabilities=probabilities,
-                     tree_sizes=self.tree_sizes), f, indent=1)
+    atomic_files.write_json(path, dict(
+        appended=self.appended.tolist(),
+        appended_at={str(k): counts.tolist()
+                     for k, counts in self.appended_at.items()},
+        criterion=self.criterion, margin=self.margin,
+        candidates=self.candidates, step_costs=costs,
+        rank_probabilities=probabilities, tree_sizes=self.tree_sizes),
+        indent=1)
 
   @classmethod
   def load(cls, path: str) -> 'AutoK':

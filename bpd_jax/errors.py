@@ -40,3 +40,9 @@ class CheckpointError(JobError, RuntimeError):
 class SaveError(JobError, OSError):
   """A checkpoint could not be written (disk full, no permission)."""
   exit_code = 1  # Not the command's fault: the machine's.
+
+
+class WriteError(JobError, OSError):
+  """A file could not be written whole (disk full, file too large, no
+  permission): the previous file is left as it was (`atomic_files.py`)."""
+  exit_code = 1  # Not the command's fault: the machine's.

@@ -27,7 +27,6 @@ stack) and adds a final logits bias.
 
 import dataclasses
 import importlib
-import json
 import os
 import statistics
 import sys
@@ -40,6 +39,8 @@ import numpy as np
 import tabulate
 from flax import nnx
 
+from bpd_jax import atomic_files
+from bpd_jax import errors
 from bpd_jax import generate
 from bpd_jax.models import Transformer, TransformerConfig
 
@@ -380,12 +381,15 @@ def main(argv):
              new_tokens=new_tokens, repeats=repeats,
              compile_hf=options.hf_compile)
   table = to_markdown(rows)
-  os.makedirs(options.output_dir, exist_ok=True)
-  with open(os.path.join(options.output_dir, 'hf_baseline.json'), 'w') as f:
-    json.dump(dict(environment=environment(), source_len=SOURCE_LEN,
-                   repeats=repeats, rows=rows), f, indent=2)
-  with open(os.path.join(options.output_dir, 'hf_baseline.md'), 'w') as f:
-    f.write(table + '\n')
+  try:
+    atomic_files.write_json(
+        os.path.join(options.output_dir, 'hf_baseline.json'),
+        dict(environment=environment(), source_len=SOURCE_LEN,
+             repeats=repeats, rows=rows), indent=2)
+    atomic_files.write_text(
+        os.path.join(options.output_dir, 'hf_baseline.md'), table + '\n')
+  except errors.WriteError as error:
+    sys.exit(f'error: {error}')  # One line, as jobs.run reports it.
   print(table)
 
 

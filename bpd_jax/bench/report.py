@@ -1,6 +1,5 @@
 """The benchmark's outputs: bench.json, bench.md and bench.png."""
 
-import json
 import os
 
 import matplotlib
@@ -8,6 +7,7 @@ matplotlib.use('Agg')  # Files only: no display on servers and in CI.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tabulate
 
+from bpd_jax import atomic_files
 from bpd_jax.bench import runner
 
 # Columns of the Markdown table (bench.json keeps them all).
@@ -61,8 +61,11 @@ def plot(rows: list[dict], path: str) -> None:
     axes.legend()
     axes.grid(alpha=0.3)
   figure.tight_layout()
-  figure.savefig(path, dpi=120)
-  plt.close(figure)
+  try:
+    with atomic_files.replacing(path) as temp:
+      figure.savefig(temp, dpi=120)
+  finally:
+    plt.close(figure)
 
 
 def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:
@@ -74,13 +77,10 @@ def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:
   missing = [c for c in runner.COLUMNS if rows and c not in rows[0]]
   if missing:
     raise ValueError(f'rows lack columns {missing}.')
-  os.makedirs(output_dir, exist_ok=True)
   paths = {name: os.path.join(output_dir, f'bench.{ext}')
            for name, ext in (('json', 'json'), ('markdown', 'md'),
                              ('plot', 'png'))}
-  with open(paths['json'], 'w') as f:
-    json.dump(dict(meta, rows=rows), f, indent=1)
-  with open(paths['markdown'], 'w') as f:
-    f.write(markdown(rows) + '\n')
+  atomic_files.write_json(paths['json'], dict(meta, rows=rows), indent=1)
+  atomic_files.write_text(paths['markdown'], markdown(rows) + '\n')
   plot(rows, paths['plot'])
   return paths

@@ -22,7 +22,6 @@ Python: `ngram.NgramModel.load`, `lm.load`; lm/ is an Orbax checkpoint),
 each built only when a refinement uses it.
 """
 
-import json
 import os
 import time
 
@@ -32,6 +31,7 @@ import jax
 import numpy as np
 import tabulate
 
+from bpd_jax import atomic_files
 from bpd_jax import generate
 from bpd_jax import jobs
 from bpd_jax import predictions
@@ -168,12 +168,11 @@ def main(argv):
     report['analysis']['per_k'][k]['decoded_block_efficiency'] = (
         measured['mean_block'])
 
-  with open(os.path.join(output_dir, 'drafts.json'), 'w') as f:
-    json.dump(report, f, indent=2)
+  atomic_files.write_json(os.path.join(output_dir, 'drafts.json'), report,
+                          indent=2)
   table = tabulate.tabulate([[r[c] for c in compare.COLUMNS] for r in rows],
                             headers=compare.COLUMNS, tablefmt='github')
-  with open(os.path.join(output_dir, 'drafts.md'), 'w') as f:
-    f.write(table + '\n')
+  atomic_files.write_text(os.path.join(output_dir, 'drafts.md'), table + '\n')
   plots.write(report, os.path.join(output_dir, 'drafts.png'))
   log(table)
   written = ['drafts.json', 'drafts.md', 'drafts.png'] + [

@@ -19,6 +19,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from bpd_jax import atomic_files
 from bpd_jax import checkpoints as checkpoints_lib
 from bpd_jax import optim
 from bpd_jax.models.transformer import Transformer, TransformerConfig
@@ -124,11 +125,9 @@ def save(model: Transformer, directory: str) -> None:
   """Writes the LM to `directory`: an Orbax checkpoint of its weights
   (`checkpoints.py`, as training runs save theirs) and its architecture."""
   config = model.config
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, ARCHITECTURE), 'w') as f:
-    json.dump(dict(vocab_size=config.vocab_size,
-                   window=config.max_target_len, d_model=config.d_model,
-                   layers=config.num_decoder_layers), f)
+  atomic_files.write_json(os.path.join(directory, ARCHITECTURE), dict(
+      vocab_size=config.vocab_size, window=config.max_target_len,
+      d_model=config.d_model, layers=config.num_decoder_layers))
   checkpoints = checkpoints_lib.Checkpoints(directory, max_to_keep=1)
   checkpoints.save(0, dict(params=nnx.state(model)))
   checkpoints.wait()

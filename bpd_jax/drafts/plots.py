@@ -5,6 +5,8 @@ import matplotlib
 matplotlib.use('Agg')  # Files only; no display on a server.
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
+from bpd_jax import atomic_files  # pylint: disable=wrong-import-position
+
 
 def write(report: dict, path: str):
   """Three panels: head confidence and accuracy by head position; oracle
@@ -46,5 +48,8 @@ def write(report: dict, path: str):
   axes[2].set(title='Refinement vs plain blockwise (same k)')
   axes[2].legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  try:
+    with atomic_files.replacing(path) as temp:
+      fig.savefig(temp, dpi=110)
+  finally:
+    plt.close(fig)

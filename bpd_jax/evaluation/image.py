@@ -21,7 +21,6 @@ Files: WORKDIR/sr_<split>.json (the rows, the config), sr_<split>.png (per
 example: input, bicubic, greedy, each blockwise decoder, ground truth).
 """
 
-import json
 import os
 
 import jax
@@ -30,6 +29,7 @@ import tabulate
 from PIL import Image
 from skimage import metrics
 
+from bpd_jax import atomic_files
 from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax.evaluation import placement as placement_lib
@@ -149,8 +149,11 @@ def write_grid(path: str, result: dict, examples: int) -> None:
       axes[i, j].imshow(images[i], interpolation='nearest')
       axes[i, j].axis('off')
   figure.tight_layout()
-  figure.savefig(path, dpi=120)
-  plt.close(figure)
+  try:
+    with atomic_files.replacing(path) as temp:
+      figure.savefig(temp, dpi=120)
+  finally:
+    plt.close(figure)
 
 
 def report(config, workdir: str, model, task, log=print) -> dict:
@@ -168,8 +171,8 @@ def report(config, workdir: str, model, task, log=print) -> dict:
     stem = os.path.join(workdir, f'sr_{config.eval.split}')
     summary = dict(split=result['split'], examples=result['examples'],
                    image_shape=result['image_shape'], rows=result['rows'])
-    with open(stem + '.json', 'w') as f:
-      json.dump(dict(summary, config=config.to_dict()), f, indent=2)
+    atomic_files.write_json(stem + '.json',
+                            dict(summary, config=config.to_dict()), indent=2)
     write_grid(stem + '.png', result, config.eval.grid_examples)
     table = [[row.get(c, '') if row.get(c) is not None else '-'
               for c in COLUMNS] for row in result['rows']]

@@ -1,14 +1,15 @@
 """What the text and language-model reports write and print."""
 
-import json
-
 import tabulate
+
+from bpd_jax import atomic_files
 
 
 def save_json(path: str, result: dict, config) -> None:
-  """The report `result`, with the config it ran, as JSON at `path`."""
-  with open(path, 'w') as f:
-    json.dump(dict(result, config=config.to_dict()), f, indent=2)
+  """The report `result`, with the config it ran, as JSON at `path`
+  (atomically: a failed write leaves the previous report)."""
+  atomic_files.write_json(path, dict(result, config=config.to_dict()),
+                          indent=2)
 
 
 def table(rows: list[dict], columns) -> str:

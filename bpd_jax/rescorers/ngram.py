@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpd_jax import atomic_files
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +70,11 @@ class NgramModel:
     return self.unigram_log_prob.shape[0]
 
   def save(self, path: str):
-    """Writes the arrays to `path` (.npz)."""
-    np.savez(path, order=self.order, **{
-        f.name: np.asarray(getattr(self, f.name))
-        for f in dataclasses.fields(self) if f.name != 'order'})
+    """Writes the arrays to `path` (.npz), atomically."""
+    arrays = {f.name: np.asarray(getattr(self, f.name))
+              for f in dataclasses.fields(self) if f.name != 'order'}
+    with atomic_files.replacing(path) as temp:
+      np.savez(temp, order=self.order, **arrays)
 
   @classmethod
   def load(cls, path: str) -> 'NgramModel':

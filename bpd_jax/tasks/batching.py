@@ -12,11 +12,11 @@ iterator state to checkpoint, and the same code runs on one host or many:
 """
 
 import dataclasses
-import os
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from bpd_jax import atomic_files
 from bpd_jax.tasks import token_ids
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), eos-ended.
@@ -167,11 +167,10 @@ class EncodedPairs(Sequence):
       return cls(*(arrays[name] for name in _ENCODED_FIELDS))
 
   def save(self, path: str) -> None:
-    """Writes an .npz atomically (a temporary name, then a rename)."""
-    partial = path + '.partial.npz'
-    np.savez(partial, **{name: getattr(self, name)
-                         for name in _ENCODED_FIELDS})
-    os.replace(partial, path)
+    """Writes an .npz atomically (`atomic_files`)."""
+    with atomic_files.replacing(path) as temp:
+      np.savez(temp, **{name: getattr(self, name)
+                        for name in _ENCODED_FIELDS})
 
   def __len__(self) -> int:
     return len(self.source_ends)

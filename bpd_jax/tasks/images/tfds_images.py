@@ -31,6 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 from absl import logging
 
+from bpd_jax import atomic_files
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
@@ -140,10 +141,8 @@ def preprocessed(source: ImageSource, high_res: int, low_res: int,
   else:
     low, high = source.pairs([], high_res, low_res)
   if cache_path:
-    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    partial = cache_path + '.partial.npz'
-    np.savez(partial, low=low, high=high)
-    os.replace(partial, cache_path)
+    with atomic_files.replacing(cache_path) as temp:
+      np.savez(temp, low=low, high=high)
   return low, high
 
 

@@ -152,8 +152,7 @@ def encoded_shard(source: PairSource, vocab, process_index: int,
                                 first + len(pairs) - start, end - start)
   shard = batching.EncodedPairs.concatenate(parts)
   if cache_path:
-    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    shard.save(cache_path)
+    shard.save(cache_path)  # Atomically: a killed run leaves no half shard.
   return shard
 
 
