@@ -38,6 +38,7 @@ from bpd_jax import losses
 from bpd_jax import optim
 from bpd_jax import sharding
 from bpd_jax import tasks
+from bpd_jax import workdir as workdir_lib
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models import factory
 from bpd_jax.tasks import batching
@@ -218,6 +219,9 @@ def train(config, workdir: str, log=print, evaluate=None):
       f'{jax.process_count()} process(es); this is process '
       f'{jax.process_index()}.')
   task = tasks.load_task(config.task, workdir)
+  workdir_lib.check_vocabulary(task.vocab, workdir, 'bpd_jax.main',
+                               training=True, log=log,
+                               write=jax.process_index() == 0)
   model_config = factory.model_config_from(config, task.vocab.vocab_size)
   phases = plan_phases(train_config, model_config)
   data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)

@@ -19,7 +19,10 @@ that mean something else (a shape error at best, a silently mixed run at
 worst); a reader (evaluate, bench, drafts, distill) given another model's
 config would build the wrong model around the weights. `check_config`
 compares the config with the record before any work; the constants below
-say which fields may differ, and why.
+say which fields may differ, and why. The record also holds the run's
+vocabulary (`VOCABULARY_FIELDS`: its fingerprint, size and where it was
+read), written and compared by `check_vocabulary` once the task is loaded:
+two vocabularies of one size can give the ids other meanings.
 """
 
 import datetime
@@ -84,6 +87,11 @@ ADDED_FIELDS = {
     'model.draft_feature_layers': (),  # The draft layer read the top only.
     'train.read_unverified': False,  # Unverifiable steps were refused.
 }
+
+# The record's entries that are no config field: the run's vocabulary, as
+# the job that trained it found it (`check_vocabulary`).
+VOCABULARY_FIELDS = ('vocabulary.fingerprint', 'vocabulary.size',
+                     'vocabulary.source')
 
 _ABSENT = object()  # A field one side of a comparison does not have.
 
@@ -362,10 +370,55 @@ def check_config(config, workdir: str, job: str, training: bool, log=print,
   saved = _read_record(os.path.join(workdir, CONFIG_FILE))
   if saved is None:
     _no_record(now, workdir, job, training, log, write)
-  elif training:
-    _check_resume(saved, now, workdir, log, write)
+    return
+  # The vocabulary's entries are compared by check_vocabulary, and kept.
+  vocabulary = {field: saved.pop(field) for field in VOCABULARY_FIELDS
+                if field in saved}
+  if training:
+    _check_resume(saved, now, workdir, log, write, vocabulary)
   else:
     _check_reader(saved, now, workdir)
+
+
+def check_vocabulary(vocab, workdir: str, job: str, training: bool,
+                     log=print, write: bool = True) -> None:
+  """Stops a job whose vocabulary gives the ids other meanings than the
+  run's (the same size is not enough: another corpus trains other pieces).
+
+  Training records the vocabulary at the run's first start (and in a run
+  recorded before fingerprints); readers compare, and say in one line
+  when the record has none.
+
+  Args:
+    vocab: the task's vocabulary (`fingerprint`, `vocab_size`, and
+      `model_path` where it has a file).
+    workdir, job, training, log, write: as in `check_config`.
+
+  Raises:
+    errors.WorkdirError: the fingerprints differ, or the record cannot be
+      read or written.
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  saved = _read_record(path) or {}
+  source = getattr(vocab, 'model_path', None) or type(vocab).__name__
+  now = {'vocabulary.fingerprint': vocab.fingerprint,
+         'vocabulary.size': vocab.vocab_size, 'vocabulary.source': source}
+  recorded = saved.get('vocabulary.fingerprint')
+  if recorded is None:
+    if training:
+      if write and saved:
+        _write_record(workdir, {**saved, **now})
+    else:
+      log(f'{path} records no vocabulary fingerprint, so {job} does not '
+          'check that its ids mean what they meant in training.')
+    return
+  if recorded != now['vocabulary.fingerprint']:
+    raise errors.WorkdirError(
+        f'{workdir} was trained with another vocabulary: fingerprint '
+        f'{recorded} ({saved.get("vocabulary.size")} ids, '
+        f'{saved.get("vocabulary.source")}) vs {vocab.fingerprint} '
+        f'({vocab.vocab_size} ids, {source}) now. Give the task the run\'s '
+        f'vocabulary (task.vocab_path) and its data.')
 
 
 def _no_record(now: dict, workdir: str, job: str, training: bool, log,
@@ -383,8 +436,10 @@ def _no_record(now: dict, workdir: str, job: str, training: bool, log,
     _write_record(workdir, now)
 
 
-def _check_resume(saved: dict, now: dict, workdir: str, log, write: bool):
-  """A training rerun: refuses a changed checkpoint field, records others."""
+def _check_resume(saved: dict, now: dict, workdir: str, log, write: bool,
+                  vocabulary: dict):
+  """A training rerun: refuses a changed checkpoint field, records others
+  (with the record's `vocabulary` entries)."""
   differences = _differences(saved, now)
   refused = [d for d in differences if not may_change_on_resume(d[0])]
   if refused:
@@ -396,7 +451,7 @@ def _check_resume(saved: dict, now: dict, workdir: str, log, write: bool):
   if differences:
     log(f'resuming with changed {_show_changed(differences)}')
     if write:
-      _write_record(workdir, now)
+      _write_record(workdir, {**now, **vocabulary})
 
 
 def _check_reader(saved: dict, now: dict, workdir: str):

@@ -37,3 +37,25 @@ def test_sentencepiece_trains_saves_and_reloads(tmp_path):
 def test_sentencepiece_missing_file(tmp_path):
   with pytest.raises(FileNotFoundError, match='not found'):
     vocab_lib.SentencePieceVocabulary(str(tmp_path / 'none.model'))
+
+
+def test_fingerprints_tell_vocabularies_of_one_size_apart(tmp_path):
+  words = vocab_lib.WordVocabulary(['a', 'cat'])
+  assert words.fingerprint == vocab_lib.WordVocabulary(['a', 'cat']).fingerprint
+  assert words.fingerprint != vocab_lib.WordVocabulary(['cat', 'a']).fingerprint
+  english = [f'the {a} {n} sees a {b} cat .' for a in ('big', 'small', 'old')
+             for n in ('dog', 'man', 'bird') for b in ('red', 'black')] * 5
+  german = [f'der {a} {n} sieht eine {b} katze .' for a in ('gross', 'alt')
+            for n in ('hund', 'mann', 'vogel') for b in ('rot', 'schwarz')] * 5
+  first = vocab_lib.SentencePieceVocabulary.train(
+      english, str(tmp_path / 'a.model'), 25)
+  second = vocab_lib.SentencePieceVocabulary.train(
+      german, str(tmp_path / 'b.model'), 25)
+  assert first.vocab_size == second.vocab_size
+  assert first.fingerprint != second.fingerprint
+  again = vocab_lib.SentencePieceVocabulary(str(tmp_path / 'a.model'))
+  assert again.fingerprint == first.fingerprint
+  assert len(first.fingerprint) == 16
+  # The default (each id's text) of any other vocabulary tells them apart.
+  default = vocab_lib.Vocabulary.fingerprint.fget
+  assert default(first) != default(second)

@@ -281,3 +281,53 @@ def test_reader_refuses_another_head_type(tmp_path):
                      match='model.head_layer "independent" \\(saved\\) vs '
                      '"sequential" \\(now\\)'):
     read(config, tmp_path)
+
+
+def test_a_vocabulary_of_the_same_size_with_other_words_is_refused(tmp_path):
+  # A word vocabulary's task.vocab_size is 0: only the fingerprint tells two
+  # data dirs with as many words apart.
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  trained = vocab_lib.WordVocabulary(['a', 'cat', 'sat'])
+  other = vocab_lib.WordVocabulary(['a', 'sat', 'cat'])
+  config = train_configs.demo_config()
+  assert train(config, tmp_path) == []
+  log, note = lines()
+  workdir.check_vocabulary(trained, str(tmp_path), 'bpd_jax.main',
+                           training=True, log=note)
+  record = json.loads((tmp_path / 'config.json').read_text())
+  assert record['vocabulary.fingerprint'] == trained.fingerprint
+  assert record['vocabulary.size'] == 7
+  # Config checks ignore the entries and keep them on a changed resume.
+  changed = train_configs.demo_config()
+  changed.train.base_steps += 1
+  assert len(train(changed, tmp_path)) == 1
+  assert read(config, tmp_path) == []
+  workdir.check_vocabulary(trained, str(tmp_path), 'bpd_jax.evaluate',
+                           training=False, log=note)
+  assert log == []
+  for training in (False, True):
+    with pytest.raises(errors.WorkdirError) as error:
+      workdir.check_vocabulary(other, str(tmp_path), 'bpd_jax.evaluate',
+                               training=training, log=note)
+    assert one_line(error) == (
+        f'{tmp_path} was trained with another vocabulary: fingerprint '
+        f'{trained.fingerprint} (7 ids, WordVocabulary) vs '
+        f'{other.fingerprint} (7 ids, WordVocabulary) now. Give the task '
+        f"the run's vocabulary (task.vocab_path) and its data.")
+
+
+def test_a_record_without_a_fingerprint(tmp_path):
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  words = vocab_lib.WordVocabulary(['a'])
+  assert train(train_configs.demo_config(), tmp_path) == []
+  log, note = lines()
+  workdir.check_vocabulary(words, str(tmp_path), 'bpd_jax.evaluate',
+                           training=False, log=note)
+  assert log == [f'{tmp_path}/config.json records no vocabulary fingerprint, '
+                 'so bpd_jax.evaluate does not check that its ids mean what '
+                 'they meant in training.']
+  workdir.check_vocabulary(words, str(tmp_path), 'bpd_jax.main',
+                           training=True, log=note)
+  assert len(log) == 1  # Training records it, silently.
+  assert 'vocabulary.fingerprint' in json.loads(
+      (tmp_path / 'config.json').read_text())

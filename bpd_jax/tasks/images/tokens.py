@@ -43,6 +43,11 @@ class ImageVocabulary:
   def vocab_size(self) -> int:
     return VOCAB_SIZE
 
+  @property
+  def fingerprint(self) -> str:
+    """Fixed ids (see text.vocab.Vocabulary.fingerprint): one value."""
+    return f'intensities-{VOCAB_SIZE}'
+
 
 def to_tokens(images: np.ndarray) -> np.ndarray:
   """uint8 [..., H, W, C] -> int32 [..., H*W*C] ids, in raster order."""

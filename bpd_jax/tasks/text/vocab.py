@@ -6,12 +6,15 @@ vocabulary size. `sentencepiece_vocab` finds or trains a task's model.
 """
 
 import abc
+import hashlib
+import io
 import os
 from typing import Callable, Iterable, Sequence
 
 import sentencepiece as spm
 from absl import logging
 
+from bpd_jax import atomic_files
 from bpd_jax.tasks.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_TYPES = ('sentencepiece', 'words')
@@ -46,6 +49,19 @@ class Vocabulary(abc.ABC):
   def _decode_ids(self, ids: list[int]) -> str:
     """Text of ids that contain no special id but unk."""
 
+  @property
+  def fingerprint(self) -> str:
+    """What the ids mean, as 16 hex digits: two vocabularies of one size
+    whose ids stand for other text differ here (recorded with a run and a
+    distilled corpus, compared by every job that reads them).
+
+    This default hashes each id's text; a vocabulary with a file of its
+    own hashes that.
+    """
+    texts = [self._decode_ids([i]) for i in range(len(SPECIAL_TOKENS),
+                                                   self.vocab_size)]
+    return fingerprint_of('\n'.join(texts).encode('utf-8', 'surrogatepass'))
+
   def decode(self, ids: Sequence[int]) -> str:
     """Text of ids up to the first eos; pad and bos are dropped."""
     ids = [int(i) for i in ids]
@@ -77,6 +93,11 @@ class WordVocabulary(Vocabulary):
   def _decode_ids(self, ids):
     return ' '.join(self._words[i] for i in ids)
 
+  @property
+  def fingerprint(self) -> str:
+    """The hash of the word list, in id order (see Vocabulary)."""
+    return fingerprint_of('\n'.join(self._words).encode('utf-8'))
+
 
 class SentencePieceVocabulary(Vocabulary):
   """A SentencePiece model (subwords), trained on the task's own text."""
@@ -97,27 +118,37 @@ class SentencePieceVocabulary(Vocabulary):
             vocab_size: int, **options) -> 'SentencePieceVocabulary':
     """Trains a unigram model on `sentences` and saves it at `model_path`.
 
-    The file is written under a temporary name and renamed, so a job killed
-    while training leaves no half-written model behind. `options` are more
-    SentencePiece trainer options (e.g. code's whitespace handling); they
-    are stored in the model, so loading it needs none.
+    The model is trained in memory and written atomically
+    (`atomic_files`): SentencePiece's own file writer ignores a failed
+    write (past a file-size limit it left a truncated model and no error),
+    and a job killed while writing leaves no half model.
+    `options` are more SentencePiece trainer options (e.g. code's
+    whitespace handling); they are stored in the model, so loading it
+    needs none.
+
+    Raises:
+      errors.WriteError: the model could not be written.
     """
     if not model_path.endswith('.model'):
       raise ValueError(f'model_path {model_path!r} must end with ".model".')
-    os.makedirs(os.path.dirname(model_path) or '.', exist_ok=True)
-    prefix = model_path[:-len('.model')] + '.partial'
+    model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=prefix,
+        sentence_iterator=iter(sentences), model_writer=model,
         vocab_size=vocab_size, model_type='unigram', character_coverage=1.0,
         pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
         hard_vocab_limit=False, minloglevel=2, **options)
-    os.replace(prefix + '.model', model_path)
-    os.remove(prefix + '.vocab')
+    atomic_files.write_bytes(model_path, model.getvalue())
     return cls(model_path)
 
   @property
   def vocab_size(self) -> int:
     return self._processor.get_piece_size()
+
+  @property
+  def fingerprint(self) -> str:
+    """The hash of the model (pieces, scores, normalisation; see
+    Vocabulary): the same file trained again elsewhere differs."""
+    return fingerprint_of(self._processor.serialized_model_proto())
 
   def encode(self, text: str) -> list[int]:
     return self._processor.encode(text)
@@ -127,6 +158,11 @@ class SentencePieceVocabulary(Vocabulary):
 
   def _decode_ids(self, ids):
     return self._processor.decode(ids)
+
+
+def fingerprint_of(data: bytes) -> str:
+  """A vocabulary's fingerprint: the first 16 hex digits of sha256."""
+  return hashlib.sha256(data).hexdigest()[:16]
 
 
 def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
