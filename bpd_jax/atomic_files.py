@@ -65,8 +65,10 @@ def replacing_all(paths: Sequence[str]) -> Iterator[list[str]]:
   """Yields a temporary path for each of `paths` (see `replacing`).
 
   The files are renamed only once every one is written and on disk, so a
-  failure or a kill while writing leaves all the previous files, never a
-  mix of old and new (a corpus's sources beside another's targets).
+  failure or a kill while writing (a full disk, the usual case) leaves all
+  the previous files, never a mix of old and new (a corpus's sources
+  beside another's targets). The renames that follow are each atomic; only
+  a kill in the microseconds between two of them leaves some files new.
   """
   existed = [os.path.exists(path) for path in paths]
   temps = []

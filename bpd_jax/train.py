@@ -222,6 +222,8 @@ def train(config, workdir: str, log=print, evaluate=None):
   workdir_lib.check_vocabulary(task.vocab, workdir, 'bpd_jax.main',
                                training=True, log=log,
                                write=jax.process_index() == 0)
+  if train_config.init_from:
+    workdir_lib.check_warm_start_vocabulary(task.vocab, train_config.init_from)
   model_config = factory.model_config_from(config, task.vocab.vocab_size)
   phases = plan_phases(train_config, model_config)
   data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)

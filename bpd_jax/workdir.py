@@ -31,8 +31,8 @@ import fnmatch
 import json
 import os
 import socket
-import tempfile
 
+from bpd_jax import atomic_files
 from bpd_jax import errors
 
 LOCK_FILE = 'job.lock'
@@ -321,26 +321,19 @@ def _read_record(path: str) -> dict | None:
 
 
 def _write_record(workdir: str, fields: dict):
-  """Writes config.json atomically: a temporary file, then os.replace.
+  """Writes config.json atomically (`atomic_files`): a job killed or a disk
+  full mid-write leaves the old record (or none), never half one.
 
-  A job killed mid-write leaves the old record (or none), never half one.
+  Raises:
+    errors.WorkdirError: the workdir cannot be made.
+    errors.WriteError: the record could not be written.
   """
-  text = json.dumps(fields, indent=1, sort_keys=True) + '\n'
   try:
     os.makedirs(workdir, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix='.config.', suffix='.tmp', dir=workdir)
   except OSError as error:
     raise _workdir_error(workdir, error) from None
-  try:
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from others.
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp, os.path.join(workdir, CONFIG_FILE))
-  except OSError as error:
-    os.remove(temp)
-    raise _workdir_error(workdir, error) from None
+  atomic_files.write_text(os.path.join(workdir, CONFIG_FILE),
+                          json.dumps(fields, indent=1, sort_keys=True) + '\n')
 
 
 def check_config(config, workdir: str, job: str, training: bool, log=print,
@@ -419,6 +412,33 @@ def check_vocabulary(vocab, workdir: str, job: str, training: bool,
         f'{saved.get("vocabulary.source")}) vs {vocab.fingerprint} '
         f'({vocab.vocab_size} ids, {source}) now. Give the task the run\'s '
         f'vocabulary (task.vocab_path) and its data.')
+
+
+def check_warm_start_vocabulary(vocab, init_from: str) -> None:
+  """Stops a warm start whose vocabulary is not that of the run it starts
+  from (its weights would read the ids as other words).
+
+  A folder without this project's record (a GPT-2 checkpoint, a run from
+  before fingerprints) is not compared here: its importer checks sizes.
+
+  Raises:
+    errors.ConfigError: the fingerprints differ.
+  """
+  path = os.path.join(init_from, CONFIG_FILE)
+  if not os.path.isfile(path):
+    return
+  try:
+    saved = _read_record(path) or {}
+  except errors.WorkdirError:
+    return  # Not this project's record (another model's config.json).
+  recorded = saved.get('vocabulary.fingerprint')
+  if recorded is not None and recorded != vocab.fingerprint:
+    raise errors.ConfigError(
+        f'train.init_from={init_from} was trained with another vocabulary: '
+        f'fingerprint {recorded} ({saved.get("vocabulary.size")} ids, '
+        f'{saved.get("vocabulary.source")}) vs {vocab.fingerprint} '
+        f'({vocab.vocab_size} ids) of this task: give the task that run\'s '
+        f'vocabulary (task.vocab_path={init_from}/vocab.model).')
 
 
 def _no_record(now: dict, workdir: str, job: str, training: bool, log,

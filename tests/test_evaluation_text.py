@@ -102,3 +102,20 @@ def test_sampled_rows_are_timed_against_ancestral_sampling():
   assert ancestral['identical_to_greedy'] is None
   assert rows['blockwise k=3 temperature=0.8']['mean_block'] >= 1.0
   assert rows['greedy']['sampler'] is None
+
+
+def test_a_full_disk_keeps_the_previous_report(tmp_path):
+  # The report used to be written in place: a full disk left invalid JSON.
+  from bpd_jax import errors
+  from test_atomic_files import disk_full_past
+  config, model, task = setup()
+  config.eval.update(ks=(2,), num_examples=2)
+  text.report(config, str(tmp_path), model, task, log=lambda _: None)
+  path = tmp_path / 'eval_validation.json'
+  previous = path.read_bytes()
+  with disk_full_past(len(previous) // 2), pytest.raises(
+      errors.WriteError, match=f'^writing {path} failed: File too large '
+      r'\(errno 27\); the previous file is intact\.$'):
+    text.report(config, str(tmp_path), model, task, log=lambda _: None)
+  assert path.read_bytes() == previous
+  assert [p.name for p in tmp_path.iterdir()] == ['eval_validation.json']

@@ -1,5 +1,7 @@
 """configs/lm_demo.py: the code language model, its options, a short run."""
 
+import json
+
 import pytest
 
 from bpd_jax import config_checks
@@ -64,6 +66,8 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
   corpus = tmp_path / 'distilled'
   counts = distill.distill(config, model, task, str(corpus),
                            log=lambda _: None)
+  info = json.loads((corpus / 'distilled.json').read_text())
+  assert info['vocab_fingerprint'] == task.vocab.fingerprint
   config = tiny(f',init_from={workdir},distilled={corpus}')
   model, task = train.train(config, str(tmp_path / 'again'),
                             log=lambda _: None)
@@ -76,16 +80,32 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
 
 
 def test_a_corpus_of_another_vocabulary_is_refused(tmp_path):
+  # Two vocabularies of one size whose ids mean other words: the size alone
+  # let a corpus train a model on the wrong text.
+  from bpd_jax import errors
   from bpd_jax.tasks import batching
   from bpd_jax.tasks.lm import task as task_lib
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  ours = vocab_lib.WordVocabulary(['def', 'return'])
+  theirs = vocab_lib.WordVocabulary(['return', 'def'])
   pairs = batching.EncodedPairs.from_pairs([([4, 5], [6, 1])])
-  task_lib.write_distilled(str(tmp_path), pairs, vocab_size=300)
-  assert len(task_lib.read_distilled(str(tmp_path), 300)) == 1
-  with pytest.raises(ValueError, match='a 300-token vocabulary; the task\'s '
-                     'has 512'):
-    task_lib.read_distilled(str(tmp_path), 512)
-  with pytest.raises(FileNotFoundError, match='bpd_jax.distill'):
-    task_lib.read_distilled(str(tmp_path / 'missing'), 300)
+  task_lib.write_distilled(str(tmp_path), pairs, ours, source='/runs/a')
+  assert len(task_lib.read_distilled(str(tmp_path), ours)) == 1
+  with pytest.raises(errors.DataError) as error:
+    task_lib.read_distilled(str(tmp_path), theirs)
+  assert str(error.value) == (
+      f'the corpus in {tmp_path} has ids of another vocabulary: fingerprint '
+      f'{ours.fingerprint} (6 ids, distilled from /runs/a) vs '
+      f'{theirs.fingerprint} (6 ids) of the task: give the task the '
+      'vocabulary of the run that distilled it (task.vocab_path, or '
+      'init_from=RUN in configs/lm_demo.py).')
+  # A corpus that records no fingerprint cannot be checked.
+  (tmp_path / 'distilled.json').write_text('{"vocab_size": 6}')
+  with pytest.raises(errors.DataError, match='records no vocabulary '
+                     'fingerprint'):
+    task_lib.read_distilled(str(tmp_path), ours)
+  with pytest.raises(errors.MissingFileError, match='bpd_jax.distill'):
+    task_lib.read_distilled(str(tmp_path / 'missing'), ours)
 
 
 def test_frozen_drafters_on_a_trained_run():

@@ -331,3 +331,26 @@ def test_a_record_without_a_fingerprint(tmp_path):
   assert len(log) == 1  # Training records it, silently.
   assert 'vocabulary.fingerprint' in json.loads(
       (tmp_path / 'config.json').read_text())
+
+
+def test_a_warm_start_from_a_run_of_another_vocabulary_is_refused(tmp_path):
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  trained = vocab_lib.WordVocabulary(['a', 'cat'])
+  other = vocab_lib.WordVocabulary(['cat', 'a'])
+  run = tmp_path / 'run'
+  assert train(train_configs.demo_config(), run) == []
+  workdir.check_vocabulary(trained, str(run), 'bpd_jax.main', training=True)
+  workdir.check_warm_start_vocabulary(trained, str(run))
+  with pytest.raises(errors.ConfigError) as error:
+    workdir.check_warm_start_vocabulary(other, str(run))
+  assert one_line(error) == (
+      f'train.init_from={run} was trained with another vocabulary: '
+      f'fingerprint {trained.fingerprint} (6 ids, WordVocabulary) vs '
+      f'{other.fingerprint} (6 ids) of this task: give the task that run\'s '
+      f'vocabulary (task.vocab_path={run}/vocab.model).')
+  # Folders without this project's record: a GPT-2 checkpoint's own
+  # config.json, or none; their importers check the sizes.
+  (tmp_path / 'gpt2').mkdir()
+  (tmp_path / 'gpt2' / 'config.json').write_text('{"model_type": "gpt2"}')
+  workdir.check_warm_start_vocabulary(other, str(tmp_path / 'gpt2'))
+  workdir.check_warm_start_vocabulary(other, str(tmp_path / 'missing'))

@@ -152,8 +152,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   readers = {split: examples(split) for split in SPLITS}
   distilled = config.get('distilled', '')
   if distilled:  # The model's own continuations of the training prompts.
-    readers['train'] = lambda: task_lib.read_distilled(distilled,
-                                                       vocab.vocab_size)
+    readers['train'] = lambda: task_lib.read_distilled(distilled, vocab)
   return task_lib.LMTask(
       vocab, text_task.LazySplits(readers),
       eval_prompt_len=config.max_source_len,

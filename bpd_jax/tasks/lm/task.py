@@ -25,6 +25,8 @@ from typing import Callable
 
 import numpy as np
 
+from bpd_jax import atomic_files
+from bpd_jax import errors
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import token_ids
@@ -216,34 +218,70 @@ DISTILLED_EXAMPLES, DISTILLED_INFO = 'train.npz', 'distilled.json'
 
 
 def write_distilled(directory: str, examples: batching.EncodedPairs,
-                    vocab_size: int) -> None:
+                    vocab: vocab_lib.Vocabulary, source: str = '') -> None:
   """Saves a distilled training split (prompt, the model's continuation)
-  and the size of the vocabulary its ids are of."""
-  os.makedirs(directory, exist_ok=True)
-  examples.save(os.path.join(directory, DISTILLED_EXAMPLES))
-  with open(os.path.join(directory, DISTILLED_INFO), 'w') as f:
-    json.dump(dict(vocab_size=vocab_size, examples=len(examples)), f)
+  and the vocabulary its ids are of (fingerprint and size).
 
+  Both files are written whole or not at all, and renamed into place
+  together (`atomic_files`): a failed or killed write leaves the previous
+  corpus, never a mix.
 
-def read_distilled(directory: str, vocab_size: int) -> batching.EncodedPairs:
-  """The distilled training split `write_distilled` saved in `directory`.
+  Args:
+    directory: the corpus's directory.
+    examples: the (prompt ids, continuation ids) examples.
+    vocab: the vocabulary of their ids.
+    source: what made them (the run's workdir), for the record.
 
   Raises:
-    FileNotFoundError: a file is missing.
-    ValueError: its ids are of another vocabulary than the task's.
+    errors.WriteError: a file could not be written.
+  """
+  info = dict(vocab_fingerprint=vocab.fingerprint, vocab_size=vocab.vocab_size,
+              examples=len(examples), source=source)
+  paths = [os.path.join(directory, name)
+           for name in (DISTILLED_EXAMPLES, DISTILLED_INFO)]
+  with atomic_files.replacing_all(paths) as (examples_path, info_path):
+    examples.save(examples_path)
+    with open(info_path, 'w', encoding='utf-8') as f:
+      json.dump(info, f, indent=1)
+
+
+def read_distilled(directory: str,
+                   vocab: vocab_lib.Vocabulary) -> batching.EncodedPairs:
+  """The distilled training split `write_distilled` saved in `directory`.
+
+  Its ids must be of `vocab`: the same size is not enough (another corpus
+  trains other pieces of the same number), so the fingerprints are
+  compared; a corpus that records none cannot be checked and is refused.
+
+  Raises:
+    errors.MissingFileError: a file is missing.
+    errors.DataError: its ids are of another vocabulary than the task's,
+      or its record cannot be read.
   """
   paths = [os.path.join(directory, name)
            for name in (DISTILLED_EXAMPLES, DISTILLED_INFO)]
   for path in paths:
     if not os.path.isfile(path):
-      raise FileNotFoundError(
+      raise errors.MissingFileError(
           f'{path} not found: python -m bpd_jax.distill --output_dir='
           f'{directory} writes a distilled language-model corpus.')
-  with open(paths[1]) as f:
-    info = json.load(f)
-  if info.get('vocab_size') != vocab_size:
-    raise ValueError(
-        f'the corpus in {directory} has ids of a {info.get("vocab_size")}-'
-        f'token vocabulary; the task\'s has {vocab_size}: give the task the '
-        f'vocabulary of the run that distilled it (task.vocab_path).')
+  try:
+    with open(paths[1], encoding='utf-8') as f:
+      info = json.load(f)
+  except (OSError, ValueError) as error:
+    raise errors.DataError(f'{paths[1]} cannot be read: {error}.') from None
+  recorded = info.get('vocab_fingerprint') if isinstance(info, dict) else None
+  if recorded is None:
+    raise errors.DataError(
+        f'{paths[1]} records no vocabulary fingerprint, so its ids cannot '
+        f'be checked against the task\'s vocabulary: distil it again '
+        f'(python -m bpd_jax.distill).')
+  if recorded != vocab.fingerprint:
+    raise errors.DataError(
+        f'the corpus in {directory} has ids of another vocabulary: '
+        f'fingerprint {recorded} ({info.get("vocab_size")} ids, distilled '
+        f'from {info.get("source") or "an unnamed run"}) vs '
+        f'{vocab.fingerprint} ({vocab.vocab_size} ids) of the task: give '
+        f'the task the vocabulary of the run that distilled it '
+        f'(task.vocab_path, or init_from=RUN in configs/lm_demo.py).')
   return batching.EncodedPairs.load(paths[0])
