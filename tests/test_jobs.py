@@ -14,6 +14,7 @@ from bpd_jax import checkpoints
 from bpd_jax import errors
 from bpd_jax import jobs
 from bpd_jax import workdir
+from bpd_jax.tasks.lm import python_source
 
 from test_main import ROOT
 from train_configs import load_config
@@ -111,6 +112,15 @@ def user_error_cases(tmp_path):
                    if '/d/' in str(p)), key=lambda p: p.stat().st_size)
   data_file.write_bytes(data_file.read_bytes()[:100])
   (tmp_path / 'a_file').write_text('')
+  # Python code whose validation files are empty: evaluation, after
+  # training, had nothing to decode.
+  wanted = {'train': ['x = 1\n'] * 3, 'validation': [''] * 2,
+            'test': ['x = 1\n']}
+  (tmp_path / 'code').mkdir()
+  for i in range(200):
+    texts = wanted[python_source.split_of(f'm{i}.py')]
+    if texts:
+      (tmp_path / 'code' / f'm{i}.py').write_text(texts.pop())
   return [
       ('bad value', ['main', demo, f'--workdir={tmp_path}/w1',
                      '--config.train.learning_rate=-1'],
@@ -138,6 +148,11 @@ def user_error_cases(tmp_path):
       ('damaged checkpoint', ['evaluate', demo, f'--workdir={damaged}'],
        r'no checkpoint in .*damaged/checkpoints reads back intact \(1 '
        r'tried; newest: checkpoint step 1', 2),
+      ('LM split with nothing to evaluate',
+       ['main', f'--config=configs/lm_demo.py:quick,root={tmp_path}/code',
+        f'--workdir={tmp_path}/w10'],
+       r"split 'validation' has nothing to evaluate: none of its 2 file\(s\) "
+       r"under task.root='.*code'", 2),
   ]
 
 

@@ -5,6 +5,7 @@ import os
 import ml_collections
 import pytest
 
+from bpd_jax import errors
 from bpd_jax import tasks
 from bpd_jax.tasks.lm import python_source
 
@@ -25,18 +26,19 @@ class Thing:
 def write(root, relative, text=CODE):
   path = os.path.join(root, relative)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write(text)
+  with open(path, 'wb') as f:
+    f.write(text if isinstance(text, bytes) else text.encode())
 
 
 def test_tests_and_site_packages_are_left_out(tmp_path):
   for relative in ('a.py', 'pkg/b.py', 'test/c.py', 'pkg/tests/d.py',
                    'site-packages/e.py', 'idlelib/idle_test/f.py',
-                   'test_g.py', 'notes.txt'):
+                   'test_g.py', 'notes.txt', 'pkg.py/h.py'):
     write(tmp_path, relative)
   files = python_source.source_files(str(tmp_path))
+  # A directory named pkg.py is no file to read (it was read, and failed).
   assert sorted(f for split in files.values() for f in split) == [
-      'a.py', 'pkg/b.py']
+      'a.py', 'pkg.py/h.py', 'pkg/b.py']
 
 
 def test_a_file_split_depends_on_its_path_only():
@@ -108,6 +110,49 @@ def test_examples_are_chunks_of_the_files_ending_with_eos(loaded):
   assert len(sources) == 3 and cut == 0 and all(s[0] == 2 for s in sources)
 
 
+def code_root(root, **texts):
+  """Files under root, by split: texts[split] holds their texts (other
+  splits get CODE: 20 training files, 2 of each other split)."""
+  wanted = dict(train=[CODE] * 20, validation=[CODE] * 2, test=[CODE] * 2)
+  wanted.update(texts)
+  for i in range(1000):
+    name = f'mod_{i}.py'
+    if wanted[python_source.split_of(name)]:
+      write(root, name, wanted[python_source.split_of(name)].pop())
+  return root
+
+
+@pytest.mark.parametrize('texts,message', [
+    (dict(validation=[b'\x89PNG\r\n\x1a\n\x00']), r'mod_\d+.py is not Python '
+     r'source text: invalid or missing encoding declaration \(a file is '
+     r'UTF-8 unless'),
+    (dict(validation=[b'x = 1\ny = 2\nz = "\xff"\n']), r'mod_\d+.py is not '
+     r'Python source text: byte 0xff is not utf-8 \(invalid start byte\)'),
+    (dict(validation=['', '\n']), r"split 'validation' has nothing to "
+     r"evaluate: none of its 2 file\(s\) under task.root='.*' \(mod_\d+.py, "
+     r'mod_\d+.py\) is longer than task.max_source_len=4 tokens with its '
+     r'eos'),
+    # 3 bytes may be 3 tokens: only the vocabulary tells it is too short.
+    (dict(test=['\n\n\n']), r"split 'test' has nothing to evaluate"),
+    (dict(test=[]), r"split 'test' has no file under task.root='.*': a "
+     r"file's split is crc32\(its path\) % 100 \(train 0-89, validation "
+     r'90-94, test 95-99\), and its Python files fall 20 in train, 2 in '
+     r'validation, 0 in test'),
+    (dict(train=[]), r"split 'train' has no file under task.root"),
+    (dict(train=['', ' \n']), r"split 'train' has no code under "
+     r"task.root='.*': its 2 file\(s\) \(mod_\d+.py, mod_\d+.py\) are empty"),
+])
+def test_every_split_is_checked_when_the_task_loads(loaded, tmp_path, texts,
+                                                    message):
+  """Each of these stopped the job after training, with a traceback."""
+  _, workdir, _ = loaded
+  root = code_root(tmp_path / 'code', **texts)
+  config = task_config(root, vocab_path=str(workdir / 'vocab.model'))
+  with pytest.raises(errors.DataError, match=message) as raised:
+    tasks.load_task(config, str(tmp_path), train_vocab=False)
+  assert '\n' not in str(raised.value)
+
+
 def test_evaluation_jobs_need_the_trained_vocabulary(loaded, tmp_path):
   root, _, _ = loaded
   with pytest.raises(Exception, match='vocabulary .* not found'):
@@ -123,4 +168,8 @@ def test_config_checks():
     tasks.check(config)
   config.task.vocab_size = 10
   with pytest.raises(ValueError, match='task.vocab_size=10'):
+    tasks.check(config)
+  config.task.update(vocab_size=512, max_source_len=8)
+  config.eval.split = 'dev'
+  with pytest.raises(ValueError, match="eval.split='dev' is not a split"):
     tasks.check(config)

@@ -38,6 +38,23 @@ def test_eval_prompts_come_from_the_prompt_or_the_first_tokens():
   assert len(first) == 1 and list(first[0][1]) == [6, 7]
 
 
+def test_a_split_with_nothing_to_evaluate_is_found_lazily():
+  read = []
+
+  def examples(pairs):
+    for pair in pairs:  # Records how far the check reads.
+      read.append(pair)
+      yield pair
+  # Prompt-less examples of 2 tokens: nothing after a 2-token prompt.
+  assert not task_lib.has_eval_example(examples([([], [4, EOS])] * 3), 2)
+  assert len(read) == 3
+  read.clear()
+  assert task_lib.has_eval_example(
+      examples([([], [4, 5, EOS]), ([], [4, EOS])]), 2)
+  assert len(read) == 1  # It stops at the first that evaluation can use.
+  assert task_lib.has_eval_example([([8], [EOS])], 2)  # Its own prompt.
+
+
 def test_sources_start_with_bos_and_long_prompts_keep_their_end():
   task = lm_task([([4, 5, 6, 7], [8, EOS]), ([4], [5, EOS])])
   sources, cut = task.sources('validation', max_len=3)
@@ -77,3 +94,13 @@ def test_check_model_accepts_a_model_that_fits():
 def test_check_model_names_the_field(model, prompt, message):
   with pytest.raises(ValueError, match=message):
     task_lib.check_model(config(**model), train_prompt_len=prompt)
+
+
+def test_eval_split_must_be_a_split_of_the_task():
+  """It used to stop after training, with a traceback."""
+  checked = config()
+  task_lib.check_eval_split(checked, ('train', 'validation'))  # The default.
+  checked.eval.split = 'dev'
+  with pytest.raises(ValueError, match=r"eval.split='dev' is not a split of "
+                     r"task 'python_source': one of \['train', 'validation'\]"):
+    task_lib.check_eval_split(checked, ('train', 'validation'))

@@ -4,6 +4,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from bpd_jax import errors
 from bpd_jax import tasks
 from bpd_jax.tasks.lm import tfds_lm
 from bpd_jax.tasks.text import vocab as vocab_lib
@@ -68,3 +69,54 @@ def test_bad_sections_are_named(tmp_path):
   with pytest.raises(Exception, match="task.data_dir='/nonexistent' does "
                      "not exist"):
     tasks.load_task(section('lm1b', mock_examples=0), str(tmp_path))
+
+
+def test_a_split_with_nothing_to_evaluate_stops_the_load(tmp_path):
+  """Mock texts are shorter than a 40-token prompt: no reference follows
+  (it used to stop the job after training)."""
+  with pytest.raises(errors.DataError, match=r"split 'validation' of "
+                     r'lm1b/.* \(task.splits.validation\) has nothing to '
+                     r'evaluate: none of its 8 example\(s\) is longer than '
+                     r'task.max_source_len=40 tokens'):
+    tasks.load_task(section('lm1b', max_source_len=40, max_target_len=60),
+                    str(tmp_path))
+
+
+class Texts:
+  """An ExampleSource's (prompt, continuation) texts, in memory."""
+  name = "split 'train' of lm1b/1.1.0"
+
+  def __init__(self, texts):
+    self._texts = texts
+
+  def __len__(self):
+    return len(self._texts)
+
+  def __getitem__(self, index):
+    return self._texts[index]
+
+
+def test_training_text_is_checked_before_the_vocabulary_is_trained():
+  empty = Texts([('', '')] * 3 + [('', 'a')])
+  tfds_lm.check_training_text(empty, prompted=False, limit=0)
+  with pytest.raises(ValueError, match=r"split 'train' of lm1b/1.1.0 "
+                     r'\(task.splits.train\) has nothing to train on: the '
+                     r'text of its 3 example\(s\) is empty'):
+    tfds_lm.check_training_text(empty, prompted=False, limit=3)
+  tfds_lm.check_training_text(empty, prompted=True, limit=3)  # The cue.
+
+
+def test_config_checks():
+  config = ml_collections.ConfigDict(dict(
+      task=section('lm1b', max_source_len=12, max_target_len=12),
+      model=dict(num_encoder_layers=0, max_source_len=13, max_target_len=40),
+      eval=dict(max_len=8, ks=(2,), split='validation')))
+  with pytest.raises(ValueError, match=r'max_source_len=12 \(the evaluation '
+                     r'prompt of lm1b\) must be below task.max_target_len=12'):
+    tasks.check(config)
+  config.task.max_target_len = 16
+  tasks.check(config)
+  config.eval.split = 'test'
+  with pytest.raises(ValueError, match=r"eval.split='test' is not a split of "
+                     r"task 'tfds_lm': one of \['train', 'validation'\]"):
+    tasks.check(config)

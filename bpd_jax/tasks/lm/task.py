@@ -83,17 +83,11 @@ class LMTask:
     out = []
     examples = self.encoded(split)
     for i in range(len(examples)):
-      prompt, continuation = examples[i]
-      if not len(prompt):
-        if len(continuation) <= self.eval_prompt_len:
-          continue
-        prompt, continuation = (continuation[:self.eval_prompt_len],
-                                continuation[self.eval_prompt_len:])
-      if len(continuation) and continuation[-1] == token_ids.EOS_ID:
-        continuation = continuation[:-1]
-      out.append((prompt, continuation))
-      if len(out) == limit:
-        break
+      pair = eval_pair(*examples[i], self.eval_prompt_len)
+      if pair is not None:
+        out.append(pair)
+        if len(out) == limit:
+          break
     return out
 
   def pairs(self, split: str) -> list[tuple[str, str]]:
@@ -122,6 +116,38 @@ class LMTask:
         prompt, cut = prompt[len(prompt) - (max_len - 1):], cut + 1
       inputs.append([self.start_id] + prompt)
     return inputs, cut
+
+
+def eval_pair(prompt: collections.abc.Sequence[int],
+              continuation: collections.abc.Sequence[int],
+              eval_prompt_len: int) -> tuple | None:
+  """What evaluation decodes of one example: (prompt ids, reference ids).
+
+  A prompt-less example gives its first eval_prompt_len tokens as the
+  prompt, and None if no token follows them; the reference loses a final
+  eos.
+  """
+  if not len(prompt):
+    if len(continuation) <= eval_prompt_len:
+      return None
+    prompt, continuation = (continuation[:eval_prompt_len],
+                            continuation[eval_prompt_len:])
+  if len(continuation) and continuation[-1] == token_ids.EOS_ID:
+    continuation = continuation[:-1]
+  return prompt, continuation
+
+
+def has_eval_example(examples: collections.abc.Iterable[tuple],
+                     eval_prompt_len: int) -> bool:
+  """Whether any of `examples` ((prompt ids, continuation ids)) gives
+  evaluation something to decode (`eval_pair`).
+
+  It stops at the first that does: a task loader checks a held-out split
+  with it from a lazy iterable, before any training, without encoding the
+  whole split.
+  """
+  return any(eval_pair(prompt, continuation, eval_prompt_len) is not None
+             for prompt, continuation in examples)
 
 
 VOCAB_TYPES = ('sentencepiece', 'gpt2')
@@ -210,6 +236,15 @@ def check_model(config, train_prompt_len: int) -> None:
         f'sequence ({training} positions) and a decode (start token, '
         f'{task.max_source_len}-token prompt, eval.max_len='
         f'{config.eval.max_len}, k - 1 more: {decoding}).')
+
+
+def check_eval_split(config, splits) -> None:
+  """Raises ValueError unless eval.split is one of the task's `splits`
+  (evaluation reads it only after training)."""
+  split = config.eval.get('split', 'validation')
+  if split not in splits:
+    raise ValueError(f'eval.split={split!r} is not a split of task '
+                     f'{config.task.name!r}: one of {sorted(splits)}.')
 
 
 # A distilled LM corpus (bpd_jax.distill): the examples, and what they were

@@ -14,7 +14,10 @@ continuation longer than max_target_len its start.
 
 Read with `tfds.data_source` (no TensorFlow; tasks/tfds_builders.py), a
 SentencePiece vocabulary trained on a seeded sample of the training
-examples (saved in the workdir, reused on resume).
+examples (saved in the workdir, reused on resume). Splits are encoded on
+first use, but each is checked when the task is loaded: it has examples,
+training text, and a held-out split something to evaluate; a split that
+fails stops the job before the first training step.
 
 The 'tfds_lm' task's section, besides name:
   dataset: a TFDS name whose base is a FORMATS key, e.g. 'lm1b',
@@ -92,10 +95,10 @@ class ExampleSource:
 
   def __init__(self, builder, split: str, form: Format):
     self.split, self.form = split, form
+    self.name = f'split {split!r} of {builder.info.full_name}'  # Messages.
     self._data = builder.as_data_source(split=split)
     if not len(self._data):  # Stop before any work, not at evaluation.
-      raise ValueError(f'split {split!r} of {builder.info.full_name} has no '
-                       f'examples.')
+      raise ValueError(f'{self.name} has no examples.')
     features = set(self._data[0])
     for template in (form.prompt or '', form.continuation):
       for name in _fields(template):
@@ -153,10 +156,52 @@ def _check_section(task) -> None:
 
 
 def _check(config) -> None:
-  _check_section(config.task)
-  prompted = format_of(config.task.dataset).prompt is not None
+  task = config.task
+  _check_section(task)
+  prompted = format_of(task.dataset).prompt is not None
   task_lib.check_model(
-      config, train_prompt_len=config.task.max_source_len if prompted else 0)
+      config, train_prompt_len=task.max_source_len if prompted else 0)
+  task_lib.check_eval_split(config, task.splits)
+  if not prompted and task.max_source_len >= task.max_target_len:
+    raise ValueError(
+        f'task.max_source_len={task.max_source_len} (the evaluation prompt '
+        f'of {task.dataset}) must be below task.max_target_len='
+        f'{task.max_target_len} (an example): the rest of an example is the '
+        f'reference continuation.')
+
+
+def check_training_text(source: ExampleSource, prompted: bool,
+                        limit: int) -> None:
+  """Raises ValueError unless training has text to learn (the first
+  `limit` examples, 0: all), before the vocabulary is trained on it.
+
+  A prompted example always has its prompt's cue; a language-modelling
+  text is read until one is not empty.
+  """
+  count = min(limit or len(source), len(source))
+  if not prompted and not any(source[i][1] for i in range(count)):
+    raise ValueError(f'{source.name} (task.splits.train) has nothing to '
+                     f'train on: the text of its {count} example(s) is '
+                     f'empty.')
+
+
+def check_evaluation(name: str, source: ExampleSource, vocab,
+                     prompted: bool, max_source_len: int,
+                     max_target_len: int) -> None:
+  """Raises ValueError unless a held-out example gives evaluation a prompt
+  and a token after it (`task_lib.eval_pair`).
+
+  Examples are encoded one at a time until one does (the first, as a
+  rule): the split is still read in full only when a job uses it.
+  """
+  examples = (example for i in range(len(source)) for example in encode(
+      [source[i]], vocab, prompted, max_source_len, max_target_len))
+  if not task_lib.has_eval_example(examples, max_source_len):
+    raise ValueError(
+        f'{source.name} (task.splits.{name}) has nothing to evaluate: none '
+        f'of its {len(source)} example(s) is longer than '
+        f'task.max_source_len={max_source_len} tokens with its eos (the '
+        f'evaluation prompt): evaluation needs a token after the prompt.')
 
 
 def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
@@ -169,6 +214,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
                             config.mock_examples) as builder:
     sources = {name: ExampleSource(builder, split, form)
                for name, split in config.splits.items()}
+  check_training_text(sources['train'], prompted, config.train_limit)
 
   def vocab_text():
     rng = np.random.default_rng(0)
@@ -185,6 +231,10 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
     return lambda: encode(sources[name].texts(limit), vocab, prompted,
                           config.max_source_len, config.max_target_len)
 
+  for name, source in sources.items():
+    if name != 'train':  # Checked before the first training step.
+      check_evaluation(name, source, vocab, prompted, config.max_source_len,
+                       config.max_target_len)
   splits = text_task.LazySplits({name: reader(name) for name in sources})
   return task_lib.LMTask(
       vocab, splits, eval_prompt_len=config.max_source_len,
