@@ -40,6 +40,7 @@ Fields not set here keep configs/base.py's value (documented there).
 """
 
 import dataclasses
+import os
 
 from bpd_jax import config_options
 from bpd_jax.models import gpt2 as gpt2_lib
@@ -61,7 +62,8 @@ def get_config(arg=None):
     raise ValueError(f'config option k={options["k"]} must be >= 2.')
   pretrained = gpt2_lib.config_from_hf(
       gpt2_lib.read_config(options['gpt2']),
-      num_proposal_heads=options['k'], head_layer=options['heads'])
+      num_proposal_heads=options['k'], head_layer=options['heads'],
+      origin=os.path.join(options['gpt2'], gpt2_lib.CONFIG_FILE))
   length = min(128, pretrained.max_target_len // 2)
   config = base.get_config()
 

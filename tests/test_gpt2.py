@@ -178,7 +178,8 @@ def _tensors(**changes):
     (dict(remove=['model.safetensors']), errors.MissingFileError,
      r'gpt2/model.safetensors not found'),
     (dict(config=dict(model_type='llama')), errors.ConfigError,
-     r"model_type='llama'; only 'gpt2' checkpoints are imported"),
+     r"gpt2/config.json: model_type 'llama' is not GPT-2 \('gpt2'\); only "
+     r'GPT-2 checkpoints are imported'),
     (dict(config=dict(scale_attn_by_inverse_layer_idx=True)),
      errors.ConfigError, r'scale_attn_by_inverse_layer_idx=True; the '
      r'importer supports only False'),
@@ -233,8 +234,14 @@ def test_not_json_and_not_safetensors(tmp_path):
   with pytest.raises(errors.DataError, match='is not a safetensors file'):
     gpt2.load_gpt2(directory)
   with open(os.path.join(directory, 'config.json'), 'w') as f:
-    f.write('{')
-  with pytest.raises(errors.DataError, match='config.json is not JSON'):
+    f.write('{"n_embd": 32,\n "n_head": 4,,}')
+  with pytest.raises(errors.DataError, match=r'gpt2/config.json is not JSON '
+                     r'\(line 2, column 14: Expecting property name'):
+    gpt2.load_gpt2(directory)
+  with open(os.path.join(directory, 'config.json'), 'wb') as f:
+    f.write(b'{"model_type": "gpt\xff"}')
+  with pytest.raises(errors.DataError, match=r'config.json is not JSON: byte '
+                     r'0xff at offset 19 is not UTF-8'):
     gpt2.load_gpt2(directory)
 
 

@@ -7,6 +7,7 @@ code in GPT-2's tokens, and exact blockwise decoding gives greedy's output.
 """
 
 import os
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -83,3 +84,19 @@ def test_the_model_section_is_the_checkpoint_s(code_root, tmp_path):
 def test_bad_options(arg, message):
   with pytest.raises(Exception, match=message):
     gpt2_config(arg)
+
+
+@pytest.mark.parametrize('config_json,error,message', [
+    ('{"model_type": "llama", "vocab_size": 384}', errors.ConfigError,
+     r"gpt2/config.json: model_type 'llama' is not GPT-2"),
+    ('not json', errors.DataError,
+     r'gpt2/config.json is not JSON \(line 1, column 1: Expecting value\)'),
+])
+def test_a_folder_of_another_model_names_its_config_json(
+    tmp_path, config_json, error, message):
+  folder = tmp_path / 'gpt2'
+  shutil.copytree(TINY_GPT2, folder)
+  (folder / 'config.json').write_text(config_json)
+  with pytest.raises(error, match=message) as raised:
+    gpt2_config(f'gpt2={folder}')
+  assert '\n' not in str(raised.value)

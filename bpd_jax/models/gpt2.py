@@ -148,8 +148,14 @@ def read_config(directory: str) -> dict:
   try:
     with open(path, encoding='utf-8') as f:
       hf_config = json.load(f)
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise errors.DataError(f'{path} is not JSON: {e}') from None
+  except json.JSONDecodeError as e:
+    raise errors.DataError(f'{path} is not JSON (line {e.lineno}, column '
+                           f'{e.colno}: {e.msg}).') from None
+  except UnicodeDecodeError as e:
+    raise errors.DataError(f'{path} is not JSON: byte {e.object[e.start]:#04x} '
+                           f'at offset {e.start} is not UTF-8.') from None
+  except OSError as e:
+    raise errors.DataError(f'{path} cannot be read: {e.strerror}.') from None
   if not isinstance(hf_config, dict):
     raise errors.DataError(f'{path} holds a {type(hf_config).__name__}, not '
                            f'a JSON object.')
@@ -200,8 +206,9 @@ def config_from_hf(hf_config: dict, *, num_proposal_heads: int = 1,
   """
   model_type = hf_config.get('model_type')
   if model_type != 'gpt2':
-    raise errors.ConfigError(f'{origin} has model_type={model_type!r}; only '
-                             f"'gpt2' checkpoints are imported.")
+    raise errors.ConfigError(f'{origin}: model_type {model_type!r} is not '
+                             f"GPT-2 ('gpt2'); only GPT-2 checkpoints are "
+                             f'imported.')
   for field, supported in FIXED_FIELDS.items():
     value = hf_config.get(field, supported)
     if value != supported:
