@@ -1,6 +1,7 @@
 """GPT-2's tokenizer in the project's ids: the ids transformers recorded
 for the tiny checkpoint (scripts/make_tiny_gpt2.py), and back to text."""
 
+import json
 import os
 import shutil
 
@@ -82,3 +83,35 @@ def test_vocabulary_without_endoftext(tmp_path):
   (directory / 'merges.txt').write_text('#version: 0.2\na b\n')
   with pytest.raises(errors.DataError, match='has no <|endoftext|> token'):
     gpt2_vocab.GPT2Vocabulary(str(directory))
+
+
+def test_an_id_past_the_embedding_is_refused(tmp_path):
+  """An id with no row of the embedding used to train into a NaN loss."""
+  directory = tmp_path / 'gpt2'
+  shutil.copytree(CHECKPOINT, directory)
+  ids = json.loads((directory / 'vocab.json').read_text())
+  ids['\u0120'] = 500  # 'Ġ', a leading space: in most texts.
+  (directory / 'vocab.json').write_text(json.dumps(ids))
+  with pytest.raises(errors.DataError, match=r"gpt2/vocab.json gives 'Ġ' "
+                     r'the id 500, but the tokenizer has 384 tokens: ids '
+                     r'must be 0..383'):
+    gpt2_vocab.GPT2Vocabulary(str(directory))
+  # Added tokens count too (the tokenizer's whole vocabulary).
+  with pytest.raises(errors.DataError, match="'<extra>' the id 384"):
+    gpt2_vocab.check_ids({'a': 0, '<extra>': 384}, 384, 'vocab.json')
+
+
+def test_a_tokenizer_of_another_size_than_the_embedding_is_refused(
+    tmp_path):
+  directory = tmp_path / 'gpt2'
+  shutil.copytree(CHECKPOINT, directory)
+  config = json.loads((directory / 'config.json').read_text())
+  (directory / 'config.json').write_text(json.dumps(
+      dict(config, vocab_size=300)))
+  with pytest.raises(errors.DataError, match=r'gpt2/vocab.json has 384 '
+                     r'tokens, but .*gpt2/config.json gives the embedding '
+                     r'vocab_size=300 rows'):
+    gpt2_vocab.GPT2Vocabulary(str(directory))
+  # Without a readable config.json the importer is left to report it.
+  (directory / 'config.json').write_text('{')
+  assert gpt2_vocab.GPT2Vocabulary(str(directory)).vocab_size == 387
