@@ -39,6 +39,7 @@ from flax import nnx
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
+from bpd_jax import numeric
 from bpd_jax import rescorers
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
@@ -67,6 +68,9 @@ class Decoder:
       mesh: optional `jax.sharding.Mesh` to shard each batch over.
       batch_axis: the mesh axis the batch is split along.
     """
+    if mesh is not None and batch_axis not in mesh.shape:
+      raise ValueError(f'batch_axis={batch_axis!r} is not an axis of the '
+                       f'mesh {dict(mesh.shape)}.')
     self.model = _replicate(model, mesh)
     self.config = model.config
     self.mesh, self.batch_axis = mesh, batch_axis
@@ -211,7 +215,7 @@ class Decoder:
         k, tree = k.depth + 1, k
       elif k == 1:
         return self.greedy(inputs, max_len=max_len)
-    if not isinstance(k, int) or k < 1:  # k = 0 would mean greedy decoding.
+    if not numeric.is_integer(k) or k < 1:  # k = 0 would mean greedy.
       raise ValueError(f'k={k!r} must be an integer in [1, '
                        f'{self.config.num_proposal_heads}], the model\'s '
                        f'number of proposal heads.')
@@ -453,6 +457,10 @@ def _iteration_count(iterations) -> np.ndarray:
   """The loop's traced iteration count: -1 (until done) for None, so that
   a decode and the timing of its loop (`timing.loop_iteration_seconds`) run
   one compiled program."""
+  if iterations is not None and not (numeric.is_integer(iterations)
+                                     and 0 <= iterations < 2**31):
+    raise ValueError(f'iterations={iterations!r} must be None (until every '
+                     f'example has ended) or an integer in [0, 2**31).')
   return np.int32(-1 if iterations is None else iterations)
 
 

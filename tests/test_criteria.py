@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpd_jax.decoding import Distance, Exact, TopK, from_spec
+from bpd_jax.decoding import Distance, Exact, TopK, Typical, from_spec
 from bpd_jax.decoding.criteria import accepted_count
 
 # Two positions over a vocabulary of 5: best 3 then 2 (pos 0); best 0 (pos 1).
@@ -67,7 +67,32 @@ def test_from_spec(spec, expected):
     ('top-k:x', "criterion 'top-k:x'"),
     ('top-k:0', 't >= 1, got t=0'),
     ('distance:-1', 'eps >= 0, got eps=-1.0'),
+    ('distance:inf', 'needs a finite eps >= 0, got eps=inf'),
+    ('distance:nan', 'needs a finite eps >= 0, got eps=nan'),
+    ('typical:nan,0.1', 'needs 0 < eps <= 1, got eps=nan'),
+    ('typical:0.3,inf', 'needs a finite delta > 0, got delta=inf'),
 ])
 def test_from_spec_errors(spec, message):
   with pytest.raises(ValueError, match=message):
     from_spec(spec)
+
+
+@pytest.mark.parametrize('make,message', [
+    (lambda: TopK(True), 'needs an integer t >= 1, got t=True'),
+    (lambda: TopK(2.0), 'needs an integer t >= 1, got t=2.0'),
+    (lambda: Distance('1'), "needs a finite eps >= 0, got eps='1'"),
+    (lambda: Distance(True), 'needs a finite eps >= 0, got eps=True'),
+    (lambda: Typical(eps='0.3', delta=0.09),
+     "needs 0 < eps <= 1, got eps='0.3'"),
+    (lambda: Typical(eps=0.3, delta=None), 'needs a finite delta > 0'),
+])
+def test_arguments_of_the_wrong_type_are_one_value_error(make, message):
+  # Not a TypeError from comparing a string with a number.
+  with pytest.raises(ValueError, match=message):
+    make()
+
+
+def test_numpy_numbers_are_numbers():
+  assert TopK(np.int64(2)) == TopK(2) and type(TopK(np.int64(2)).t) is int
+  assert Distance(np.float32(0.5)).spec == 'distance:0.5'
+  assert Typical(np.float32(0.5), np.float64(0.1)).spec == 'typical:0.5,0.1'

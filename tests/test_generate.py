@@ -20,7 +20,8 @@ from flax import nnx
 from bpd_jax import generate
 from bpd_jax import sharding
 from bpd_jax.bench import near_ties
-from bpd_jax.decoding import Distance, Refinement, Sampler, TopK, Tree
+from bpd_jax.decoding import (DecodeOptions, Distance, Refinement, Sampler,
+                              TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
 
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
@@ -402,11 +403,29 @@ def small_model():
      'a tree takes no sampling'),
     (dict(k=3, tree=Tree.chain(2), refinement=Refinement(drafts=2, top_t=2)),
      'a tree takes no refinement'),
+    # Bools are not numbers: each was taken as 1.
+    (dict(k=True), r'k=True must be an integer in \[1, 10\]'),
+    (dict(k=3, max_len=True), 'max_len=True must be an integer >= 1'),
+    (dict(k=3, sampler=Sampler(temperature=True)), 'temperature=True must be '
+     'a finite number >= 0'),
+    # A key JAX cannot take: no AttributeError or OverflowError.
+    (dict(k=3, sampler=Sampler(1.0), key='abc'), "key='abc' is not an int "
+     'seed or a jax.random.key'),
+    (dict(k=3, sampler=Sampler(1.0), key=2**64), r'an int seed must be in '
+     r'\[-2\*\*63, 2\*\*63\)'),
 ])
 def test_bad_decoding_options(small_model, kwargs, message):
   kwargs = {'max_len': 8, **kwargs}
   with pytest.raises(ValueError, match=message):
     generate.blockwise(small_model, [[3, 4, 1]], **kwargs)
+
+
+@pytest.mark.parametrize('iterations', [True, -1, 2**31, 1.0])
+def test_bad_iteration_counts(small_model, iterations):
+  with pytest.raises(ValueError, match=f'iterations={iterations!r} must be '
+                     r'None .* or an integer in \[0, 2\*\*31\)'):
+    generate.Decoder(small_model).decode(
+        [[3, 4, 1]], DecodeOptions(max_len=4), iterations=iterations)
 
 
 def test_bad_criteria():
@@ -445,6 +464,9 @@ def test_batch_not_divisible_by_mesh(small_model):
   with pytest.raises(ValueError, match='batch size 3 is not divisible by '
                      "the 8 devices of mesh axis 'data'"):
     generate.greedy(small_model, [[3]] * 3, max_len=4, mesh=mesh)
+  with pytest.raises(ValueError, match="batch_axis='rows' is not an axis of "
+                     "the mesh {'data': 8}"):
+    generate.Decoder(small_model, mesh=mesh, batch_axis='rows')
 
 
 def test_decoder_equals_the_module_functions_without_recompiling():
@@ -466,6 +488,10 @@ def test_decoder_equals_the_module_functions_without_recompiling():
     decoder.blockwise(inputs, k=3, max_len=12)
     decoder.greedy(inputs, max_len=12)
     generate.blockwise(model, inputs, k=3, max_len=12)
+  # numpy integers are integers, and the same options.
+  np.testing.assert_array_equal(
+      decoder.blockwise(inputs, k=np.int64(3), max_len=np.int32(12)).tokens,
+      result.tokens)
   assert decoder.compilations() == compiled
 
 

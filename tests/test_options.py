@@ -1,5 +1,6 @@
 """Decoding options and refinement specs: their checks name the bad value."""
 
+import numpy as np
 import pytest
 
 from bpd_jax.decoding import DecodeOptions, Exact, Refinement, TopK
@@ -17,7 +18,8 @@ def test_parse_specs():
     ('bigram:p=2', "rescorer 'bigram' is not one of"),
     ('ngram:q=2', "unknown option 'q'"),
     ('ngram:p=two', "p='two' is not int"),
-    ('ngram:w=2', 'weight=2.0 must lie in'),
+    ('ngram:w=2', r'weight=2.0 must be a number in \[0, 1\]'),
+    ('ngram:w=nan', r'weight=nan must be a number in \[0, 1\]'),
     ('none:p=0', 'drafts=0 must be an integer >= 1'),
 ])
 def test_bad_specs(spec, message):
@@ -35,10 +37,40 @@ def test_bad_specs(spec, message):
     (dict(max_len=4, min_block=2), 'greedy decoding .k=0. takes no'),
     (dict(max_len=4, k=3, refinement=Refinement(drafts=5, top_t=2)),
      r'drafts=5 exceeds the 2\^2 = 4'),
+    # Bools are not integers: True would decode one token, k=False greedily.
+    (dict(max_len=True), 'max_len=True must be an integer >= 1'),
+    (dict(max_len=4, k=False), r'k=False must be an integer: 0 \(greedy '
+     r'decoding\) or a block size in \[1, 4\]'),
+    (dict(max_len=4, k=2.0), 'k=2.0 must be an integer'),
+    (dict(max_len=4, min_block=True), r'min_block=True must be an integer'),
+    (dict(max_len=4, k=2, min_block=True), 'min_block=True must be an '
+     'integer'),
 ])
 def test_bad_options_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     DecodeOptions(**kwargs).check(num_heads=4, vocab_size=50)
+
+
+def test_numpy_integers_are_integers():
+  options = DecodeOptions(max_len=np.int64(9), k=np.int32(3),
+                          min_block=np.int64(2))
+  options.check(num_heads=4, vocab_size=50)
+  # The same options, and so the same compilation key, as Python ints.
+  assert options == DecodeOptions(max_len=9, k=3, min_block=2)
+  assert type(options.k) is int and hash(options) == hash(
+      DecodeOptions(max_len=9, k=3, min_block=2))
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(drafts=True), 'drafts=True must be an integer >= 1'),
+    (dict(top_t=2.0), 'top_t=2.0 must be an integer >= 1'),
+    (dict(weight='0.3'), r"weight='0.3' must be a number in \[0, 1\]"),
+    (dict(weight=float('inf')), r'weight=inf must be a number in'),
+    (dict(nodes=True), 'nodes=True must be an integer >= 0'),
+])
+def test_bad_refinement_fields(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    Refinement(**kwargs)
 
 
 def test_from_specs():

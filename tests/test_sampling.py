@@ -289,6 +289,12 @@ def test_specs_round_trip():
     (decoding.Sampler(1.0), dict(k=3, min_block=2), 'min_block=1, not 2'),
     (decoding.Sampler(1.0), dict(criterion=decoding.Typical(0.3, 0.09)),
      r'ancestral sampling \(k=0\) takes no criterion'),
+    # Bools are not numbers here: True would be taken as 1.
+    (decoding.Sampler(True), {}, r'temperature=True must be a finite number'),
+    (decoding.Sampler(float('inf')), {}, r'temperature=inf must be a finite'),
+    (decoding.Sampler(1.0, top_k=True), {}, r'top_k=True must be an integer'),
+    (decoding.Sampler(1.0, top_p=True), {}, r'top_p=True must be in'),
+    (decoding.Sampler('0.7'), {}, r"temperature='0.7' must be a finite"),
 ])
 def test_bad_sampling_options(sampler, options, message):
   with pytest.raises(ValueError, match=message):
@@ -306,3 +312,22 @@ def test_bad_specs_and_keys():
   with pytest.raises(ValueError, match=r'keys of shape \(2,\) do not match '
                      r'a batch of 3'):
     sampling.example_keys(jax.random.split(jax.random.key(0), 2), 3)
+
+
+@pytest.mark.parametrize('key,message', [
+    ('abc', "key='abc' is not an int seed or a jax.random.key"),
+    ([1, 2], r'key=\[1, 2\] is not an int seed'),
+    (True, 'key=True is not an int seed'),
+    (2**64, r'key=18446744073709551616: an int seed must be in \[-2\*\*63, '
+     r'2\*\*63\)'),
+    (jax.random.PRNGKey(0), 'is not an int seed or a jax.random.key'),
+])
+def test_bad_keys_are_one_value_error(key, message):
+  with pytest.raises(ValueError, match=message):
+    sampling.example_keys(key, 2)
+
+
+def test_numpy_integer_seeds_are_seeds():
+  np.testing.assert_array_equal(
+      jax.random.key_data(sampling.example_keys(np.int64(5), 2)),
+      jax.random.key_data(sampling.example_keys(5, 2)))

@@ -37,6 +37,9 @@ def test_tree_shapes():
     (((0,), (0,)), 'twice'),
     (((0, 1),), r'no parent \(0,\)'),
     (((-1,),), 'integers >= 0'),
+    (((True,),), 'integers >= 0'),
+    ((('a',), (0,)), 'integers >= 0'),
+    ((0, 1), 'integers >= 0'),
 ])
 def test_bad_trees(paths, message):
   with pytest.raises(ValueError, match=message):
@@ -45,6 +48,14 @@ def test_bad_trees(paths, message):
     Tree.from_widths((2, 0), 3)
   with pytest.raises(ValueError, match='widths like'):
     Tree.from_spec('2;2', 3)
+
+
+def test_tree_widths_are_integers_not_bools():
+  with pytest.raises(ValueError, match=r'tree widths \(True,\) must be 1 to '
+                     r'2 integers >= 1'):
+    Tree.from_widths((True,), 2)
+  assert Tree.from_widths((np.int64(2),), 2) == Tree.from_widths((2,), 2)
+  assert Tree(((np.int64(0),),)).paths == ((0,),)
 
 
 def test_best_tree_takes_the_most_probable_paths():

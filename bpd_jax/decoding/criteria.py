@@ -16,6 +16,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from bpd_jax import numeric
 from bpd_jax import ops
 
 
@@ -65,8 +66,11 @@ class TopK(Criterion):
   t: int
 
   def __post_init__(self):
-    if not isinstance(self.t, int) or self.t < 1:
-      raise ValueError(f'top-k verification needs t >= 1, got t={self.t!r}.')
+    if not numeric.is_integer(self.t) or self.t < 1:
+      raise ValueError(f'top-k verification needs an integer t >= 1, got '
+                       f't={self.t!r}.')
+    # A numpy integer as a Python int: one spec, one compilation key.
+    object.__setattr__(self, 't', int(self.t))
 
   @property
   def spec(self):
@@ -86,8 +90,8 @@ class Distance(Criterion):
   eps: float
 
   def __post_init__(self):
-    if not self.eps >= 0:
-      raise ValueError(f'distance verification needs eps >= 0, '
+    if not (numeric.is_finite(self.eps) and self.eps >= 0):
+      raise ValueError(f'distance verification needs a finite eps >= 0, '
                        f'got eps={self.eps!r}.')
 
   @property
@@ -113,11 +117,11 @@ class Typical(Criterion):
   delta: float
 
   def __post_init__(self):
-    if not 0 < self.eps <= 1:
+    if not (numeric.is_finite(self.eps) and 0 < self.eps <= 1):
       raise ValueError(f'typical acceptance needs 0 < eps <= 1, got '
                        f'eps={self.eps!r}.')
-    if not self.delta > 0:
-      raise ValueError(f'typical acceptance needs delta > 0, got '
+    if not (numeric.is_finite(self.delta) and self.delta > 0):
+      raise ValueError(f'typical acceptance needs a finite delta > 0, got '
                        f'delta={self.delta!r}.')
 
   @property

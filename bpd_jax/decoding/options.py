@@ -16,6 +16,7 @@ position per call, as greedy decoding, through the blockwise loop).
 
 import dataclasses
 
+from bpd_jax import numeric
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
@@ -51,6 +52,14 @@ class DecodeOptions:
   refinement: refine_lib.Refinement | None = None
   sampler: sampling_lib.Sampler | None = None
   tree: tree_lib.Tree | None = None
+
+  def __post_init__(self):
+    # numpy integers are integers (`numeric`); held as Python ints, options
+    # that differ only in that type print alike and are one compilation key.
+    for name in ('max_len', 'k', 'min_block'):
+      value = getattr(self, name)
+      if numeric.is_integer(value):
+        object.__setattr__(self, name, int(value))
 
   @classmethod
   def from_specs(cls, *, max_len: int, k: int = 0, criterion: str = 'exact',
@@ -133,8 +142,16 @@ class DecodeOptions:
     `dependent_heads`: the name of the model's head layer where its heads
     read each other's proposals ('' otherwise): no lattice refinement.
     """
-    if not isinstance(self.max_len, int) or self.max_len < 1:
+    if not numeric.is_integer(self.max_len) or self.max_len < 1:
       raise ValueError(f'max_len={self.max_len!r} must be an integer >= 1.')
+    # Before `greedy` reads it: k=False would be taken for greedy decoding.
+    if not numeric.is_integer(self.k) or self.k < 0:
+      raise ValueError(f'k={self.k!r} must be an integer: 0 (greedy '
+                       f'decoding) or a block size in [1, {num_heads}], the '
+                       f"model's number of proposal heads.")
+    if not numeric.is_integer(self.min_block):
+      raise ValueError(f'min_block={self.min_block!r} must be an integer in '
+                       f'[1, k].')
     if not isinstance(self.criterion, criteria_lib.Criterion):
       raise ValueError(f'criterion={self.criterion!r} is not a '
                        f'decoding.Criterion.')
@@ -146,12 +163,11 @@ class DecodeOptions:
         raise ValueError('greedy decoding (k=0) takes no min_block, '
                          'refinement or tree.')
       return
-    if not isinstance(self.k, int) or not 1 <= self.k <= num_heads:
+    if self.k > num_heads:
       raise ValueError(f'k={self.k!r} must be an integer in [1, '
                        f"{num_heads}], the model's number of proposal "
                        f'heads.')
-    if not isinstance(self.min_block, int) or not 1 <= self.min_block <= \
-        self.k:
+    if not 1 <= self.min_block <= self.k:
       raise ValueError(f'min_block={self.min_block!r} must be an integer in '
                        f'[1, k={self.k}].')
     if (isinstance(self.criterion, criteria_lib.TopK)

@@ -24,6 +24,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from bpd_jax import numeric
 from bpd_jax.decoding import lattice
 
 RESCORERS = ('none', 'ngram', 'neural')
@@ -68,16 +69,16 @@ class Refinement:
                        f'{RESCORERS}.')
     for name in ('drafts', 'top_t'):
       value = getattr(self, name)
-      if not isinstance(value, int) or value < 1:
+      if not numeric.is_integer(value) or value < 1:
         raise ValueError(f'refinement {name}={value!r} must be an integer '
                          f'>= 1.')
-    if not 0.0 <= self.weight <= 1.0:
-      raise ValueError(f'refinement weight={self.weight!r} must lie in '
-                       f'[0, 1].')
-    if not isinstance(self.nodes, int) or self.nodes < 0:
+    if not (numeric.is_finite(self.weight) and 0.0 <= self.weight <= 1.0):
+      raise ValueError(f'refinement weight={self.weight!r} must be a number '
+                       f'in [0, 1].')
+    if not numeric.is_integer(self.nodes) or self.nodes < 0:
       raise ValueError(f'refinement nodes={self.nodes!r} must be an '
                        f'integer >= 0.')
-    if not isinstance(self.context, int) or self.context < 0:
+    if not numeric.is_integer(self.context) or self.context < 0:
       raise ValueError(f'refinement context={self.context!r} must be an '
                        f'integer >= 0.')
     if self.rescorer == 'neural' and self.context < 1:

@@ -58,11 +58,11 @@ key, whatever the batch, the sharding or the other examples' lengths.
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 
+from bpd_jax import numeric
 from bpd_jax import ops
 from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
@@ -123,14 +123,15 @@ class Sampler:
 
   def check(self, vocab_size: int) -> None:
     """Raises ValueError naming a value out of range."""
-    if not (isinstance(self.temperature, (int, float))
-            and math.isfinite(self.temperature) and self.temperature >= 0):
+    if not (numeric.is_finite(self.temperature)
+            and self.temperature >= 0):
       raise ValueError(f'temperature={self.temperature!r} must be a finite '
                        f'number >= 0 (0: greedy decoding).')
-    if not isinstance(self.top_k, int) or not 0 <= self.top_k <= vocab_size:
+    if not numeric.is_integer(self.top_k) or not (
+        0 <= self.top_k <= vocab_size):
       raise ValueError(f'top_k={self.top_k!r} must be an integer in [0, '
                        f'{vocab_size}], the vocabulary size (0: no cut).')
-    if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+    if not (numeric.is_finite(self.top_p) and 0 < self.top_p <= 1):
       raise ValueError(f'top_p={self.top_p!r} must be in (0, 1] (1: no '
                        f'cut).')
 
@@ -186,10 +187,16 @@ def _bisect(holds, low: jax.Array, high: jax.Array,
 def example_keys(key, batch: int) -> jax.Array:
   """[batch] keys: one per example from an int seed or one key; a [batch]
   array of keys is returned as it is."""
-  if isinstance(key, int):
-    key = jax.random.key(key)
-  if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-    raise ValueError(f'key={key!r} is not an int seed or a jax.random.key.')
+  if numeric.is_integer(key):
+    # What jax.random.key takes (a larger int is an OverflowError there).
+    if not -2**63 <= key < 2**63:
+      raise ValueError(f'key={key!r}: an int seed must be in [-2**63, '
+                       f'2**63).')
+    key = jax.random.key(int(key))
+  if not (isinstance(key, jax.Array)
+          and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+    raise ValueError(f'key={key!r} is not an int seed or a jax.random.key '
+                     f'(one, or one per example).')
   if key.shape == ():
     return jax.random.split(key, batch)
   if key.shape != (batch,):

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpd_jax import numeric
 from bpd_jax import ops
 from bpd_jax.decoding import criteria as criteria_lib
 
@@ -50,7 +51,12 @@ class Tree:
   paths: tuple[tuple[int, ...], ...]
 
   def __post_init__(self):
-    paths = tuple(tuple(path) for path in self.paths)
+    # Checked before they are sorted: ranks of mixed types have no order.
+    for path in self.paths:
+      if not (isinstance(path, (tuple, list)) and path and all(
+          numeric.is_integer(r) and r >= 0 for r in path)):
+        raise ValueError(f'tree node {path!r}: ranks must be integers >= 0.')
+    paths = tuple(tuple(int(r) for r in path) for path in self.paths)
     object.__setattr__(self, 'paths', tuple(sorted(paths,
                                                    key=lambda p: (len(p), p))))
     if not self.paths:
@@ -59,8 +65,6 @@ class Tree:
       raise ValueError('a tree lists a node twice.')
     known = set(self.paths)
     for path in self.paths:
-      if not all(isinstance(r, int) and r >= 0 for r in path) or not path:
-        raise ValueError(f'tree node {path!r}: ranks must be integers >= 0.')
       if len(path) > 1 and path[:-1] not in known:
         raise ValueError(f'tree node {path!r} has no parent {path[:-1]!r} '
                          f'in the tree.')
@@ -77,9 +81,10 @@ class Tree:
     nodes)."""
     widths = tuple(widths)
     if not widths or len(widths) > depth or not all(
-        isinstance(w, int) and w >= 1 for w in widths):
+        numeric.is_integer(w) and w >= 1 for w in widths):
       raise ValueError(f'tree widths {widths!r} must be 1 to {depth} '
                        f'integers >= 1.')
+    widths = tuple(int(w) for w in widths)
     widths += (1,) * (depth - len(widths))
     level, paths = [()], []
     for width in widths:
