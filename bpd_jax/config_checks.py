@@ -4,15 +4,20 @@ Every problem is reported with the field's full name, its value and what it
 must be, so a typo in a sweep fails in a second rather than after training.
 """
 
+import numpy as np
+
 from bpd_jax import decoding
 from bpd_jax import losses
+from bpd_jax import numeric
 from bpd_jax import optim
 from bpd_jax import tasks
 from bpd_jax.models import factory
 from bpd_jax.models import heads as heads_lib
-from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.checks import at_least, number_in
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
+# The largest learning rate that is finite once optax casts it to float32.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check(config) -> None:
@@ -30,48 +35,80 @@ def check(config) -> None:
            checkpoint_every=1, keep_checkpoints=1)
   at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
            periodic_examples=1)
+  _check_seed(config)
   _check_buckets(config)
-  if not train.learning_rate > 0:
-    raise ValueError(f'train.learning_rate={train.learning_rate} must be > 0.')
+  _check_rates(train)
   optim.schedule(train, train.base_steps)  # A known schedule name.
-  if not 0 <= train.label_smoothing < 1:
-    raise ValueError(f'train.label_smoothing={train.label_smoothing} must be '
-                     f'in [0, 1).')
-  if not 0 <= train.head1_weight < 1:
-    raise ValueError(f'train.head1_weight={train.head1_weight} must be in '
-                     f'[0, 1).')
   _check_base_learning_rate_scale(train)
-  if not 0 <= train.get('input_dropout', 0.0) < 1:
-    raise ValueError(f'train.input_dropout={train.input_dropout} must be in '
-                     f'[0, 1).')
   _check_head_positions(train, model)
   _check_head_targets(train, model)
-  if train.clip_norm < 0:
-    raise ValueError(f'train.clip_norm={train.clip_norm} must be >= 0.')
   criteria = ev.get('criteria')
   if not criteria or isinstance(criteria, str):
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
                      f'of criteria, e.g. (\'exact\', \'distance:4\').')
+  _check_ks(ev)
   _check_decoders(ev, model)
   _check_samplers(config)
-  if len(config.mesh.shape) != len(config.mesh.axes):
-    raise ValueError(f'mesh.shape={tuple(config.mesh.shape)} and mesh.axes='
-                     f'{tuple(config.mesh.axes)} differ in length.')
-  if config.mesh.data_axis not in config.mesh.axes:
-    raise ValueError(f'mesh.data_axis={config.mesh.data_axis!r} is not one '
-                     f'of mesh.axes={tuple(config.mesh.axes)}.')
+  _check_mesh(config.mesh)
+
+
+def _check_seed(config) -> None:
+  """seed: what both numpy's generators (>= 0) and JAX's keys (int64)
+  take."""
+  seed = config.get('seed')
+  if not numeric.is_integer(seed) or not 0 <= seed < 2**63:
+    raise ValueError(f'seed={seed!r} must be an integer in [0, 2**63).')
+
+
+def _check_rates(train) -> None:
+  """The float fields of train: finite, each in its range (NaN and inf
+  would pass a plain `x > 0` and train a model of NaNs)."""
+  number_in(train, 'train', 'learning_rate', 0, _FLOAT32_MAX, open_low=True)
+  number_in(train, 'train', 'label_smoothing', 0, 1, open_high=True)
+  number_in(train, 'train', 'head1_weight', 0, 1, open_high=True)
+  number_in(train, 'train', 'base_learning_rate_scale', 0, 1, open_low=True,
+            default=1.0)
+  number_in(train, 'train', 'input_dropout', 0, 1, open_high=True,
+            default=0.0)
+  number_in(train, 'train', 'head_position_fraction', 0, 1, open_low=True)
+  number_in(train, 'train', 'clip_norm', 0)
 
 
 def _check_base_learning_rate_scale(train) -> None:
   scale = train.get('base_learning_rate_scale', 1.0)
-  if not 0 < scale <= 1:
-    raise ValueError(f'train.base_learning_rate_scale={scale} must be in '
-                     f'(0, 1].')
   if scale != 1 and (train.freeze_base or not train.head_steps):
     raise ValueError(f'train.base_learning_rate_scale={scale} applies only '
                      f'when the heads phase fine-tunes the base: set '
                      f'train.freeze_base=False and train.head_steps > 0, '
                      f'or leave it at 1.0.')
+
+
+def _check_ks(ev) -> None:
+  """eval.ks: distinct block sizes >= 1. Greedy decoding (k = 0) is
+  always reported (its row is every other's reference), so a 0 would add
+  a second greedy row; a bool would be read as k = 0 or 1."""
+  ks = tuple(ev.ks)
+  if not all(numeric.is_integer(k) and k >= 1 for k in ks) or len(
+      set(ks)) != len(ks):
+    raise ValueError(f'eval.ks={ks!r} must be distinct integers >= 1 (block '
+                     f'sizes of the blockwise rows; greedy decoding is always '
+                     f'reported), e.g. (2, 4).')
+
+
+def _check_mesh(mesh) -> None:
+  """mesh.shape against mesh.axes and data_axis; whether the devices
+  hold it is known only once the processes have joined (`jobs.setup`)."""
+  shape = tuple(mesh.shape)
+  if not all(numeric.is_integer(n) and (n >= 1 or n == -1) for n in shape
+             ) or shape.count(-1) > 1:
+    raise ValueError(f'mesh.shape={shape!r} must be integers >= 1, one of '
+                     f'them -1 at most (all the remaining devices).')
+  if len(shape) != len(mesh.axes):
+    raise ValueError(f'mesh.shape={shape} and mesh.axes='
+                     f'{tuple(mesh.axes)} differ in length.')
+  if mesh.data_axis not in mesh.axes:
+    raise ValueError(f'mesh.data_axis={mesh.data_axis!r} is not one '
+                     f'of mesh.axes={tuple(mesh.axes)}.')
 
 
 def _check_decoders(ev, model) -> None:
@@ -100,11 +137,9 @@ def _check_decoders(ev, model) -> None:
 
 
 def _check_head_positions(train, model) -> None:
-  """train.head_position_fraction: in (0, 1], sampled only where it can."""
+  """train.head_position_fraction (in (0, 1], `_check_rates`): sampled
+  only where it can."""
   fraction = train.head_position_fraction
-  if not 0 < fraction <= 1:
-    raise ValueError(f'train.head_position_fraction={fraction} must be in '
-                     f'(0, 1].')
   if fraction < 1 and train.random_head:
     raise ValueError(f'train.head_position_fraction={fraction} with '
                      f'train.random_head=True: each cuts the heads\' cost '
@@ -148,8 +183,8 @@ def _check_buckets(config) -> None:
     return
   at_least(train, 'train', tokens_per_batch=1)
   lengths = list(train.bucket_lengths)
-  if not lengths or lengths != sorted(set(lengths)) or not all(
-      isinstance(n, int) and n >= 2 for n in lengths):
+  if not all(numeric.is_integer(n) and n >= 2 for n in lengths) or (
+      not lengths or lengths != sorted(set(lengths))):
     raise ValueError(f'train.bucket_lengths={tuple(lengths)} must be '
                      f'integers >= 2, strictly ascending.')
   longest = max(task.max_source_len, task.max_target_len)

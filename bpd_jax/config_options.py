@@ -4,11 +4,13 @@
       options = config_options.parse(arg, size='small', k=8)
 
 Values are converted to the type of their default; an unknown key or a value
-of the wrong type stops with a message naming it before any work starts.
+of the wrong type (a float that is NaN or infinite too) stops with a message
+naming it before any work starts.
 `sibling` loads a config file's shared base (configs/base.py).
 """
 
 import importlib.util
+import math
 import os
 
 
@@ -36,6 +38,9 @@ def parse(arg: str | None, **defaults) -> dict:
       except ValueError:
         raise ValueError(f'config option {key}={value!r} is not of type '
                          f'{type(default).__name__}.') from None
+      if isinstance(default, float) and not math.isfinite(options[key]):
+        raise ValueError(f'config option {key}={value!r} is not a finite '
+                         f'number.')
   return options
 
 

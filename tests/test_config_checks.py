@@ -1,6 +1,7 @@
 """Config checks: a bad field stops before any work, named with its value."""
 
 import ml_collections
+import numpy as np
 import pytest
 
 from bpd_jax import config_checks
@@ -40,26 +41,52 @@ def test_a_config_at_every_limit_passes():
 
 @pytest.mark.parametrize('section,field,value,message', [
     ('train', 'batch_size', 0, 'train.batch_size=0 must be an integer >= 1'),
-    ('train', 'learning_rate', 0.0, 'train.learning_rate=0.0 must be > 0'),
-    ('train', 'label_smoothing', 1.0, r'train.label_smoothing=1.0 must be in'),
-    ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be >= 0'),
-    ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be in'),
+    ('train', 'batch_size', True, 'train.batch_size=True must be an integer '
+     '>= 1'),
+    ('train', 'learning_rate', 0.0, r'train.learning_rate=0.0 must be a '
+     r'finite number in \(0, 3.40282e\+38\]'),
+    ('train', 'learning_rate', float('inf'), 'train.learning_rate=inf must be '
+     'a finite number in'),
+    ('train', 'learning_rate', float('nan'), 'train.learning_rate=nan must be '
+     'a finite number in'),
+    ('train', 'learning_rate', 1e39, r'train.learning_rate=1e\+39 must be a '
+     r'finite number in \(0, 3.40282e\+38\]'),
+    ('train', 'label_smoothing', 1.0, r'train.label_smoothing=1.0 must be a '
+     r'finite number in \[0, 1\)'),
+    ('train', 'clip_norm', -1.0, 'train.clip_norm=-1.0 must be a finite '
+     'number >= 0'),
+    ('train', 'clip_norm', float('inf'), 'train.clip_norm=inf must be a '
+     'finite number >= 0'),
+    ('train', 'head1_weight', 1.0, r'train.head1_weight=1.0 must be a finite '
+     r'number in \[0, 1\)'),
+    ('train', 'head1_weight', float('nan'), 'train.head1_weight=nan'),
     ('train', 'head_position_fraction', 0.0,
-     r'train.head_position_fraction=0.0 must be in \(0, 1\]'),
+     r'train.head_position_fraction=0.0 must be a finite number in \(0, 1\]'),
     ('train', 'head_position_fraction', 1.5,
-     r'train.head_position_fraction=1.5 must be in \(0, 1\]'),
+     r'train.head_position_fraction=1.5 must be a finite number in \(0, 1\]'),
     ('train', 'warmup_steps', 0, 'train.warmup_steps=0'),
     ('train', 'base_learning_rate_scale', 0.0,
-     r'train.base_learning_rate_scale=0.0 must be in \(0, 1\]'),
+     r'train.base_learning_rate_scale=0.0 must be a finite number in '
+     r'\(0, 1\]'),
+    ('train', 'input_dropout', float('-inf'), r'train.input_dropout=-inf must '
+     r'be a finite number in \[0, 1\)'),
     ('train', 'schedule', 'cosine', "train.schedule='cosine' is not one of"),
     ('eval', 'ks', (2, 9), r'eval \(ks=\(2, 9\).*k=9 must be an integer in '
      r'\[1, 8\]'),
+    ('eval', 'ks', (0, 2), r'eval.ks=\(0, 2\) must be distinct integers >= 1 '
+     r'\(block sizes of the blockwise rows; greedy decoding is always '
+     r'reported\)'),
+    ('eval', 'ks', (True,), r'eval.ks=\(True,\) must be distinct integers'),
+    ('eval', 'ks', (2, 2), r'eval.ks=\(2, 2\) must be distinct integers'),
+    ('eval', 'max_len', True, 'eval.max_len=True must be an integer >= 1'),
+    ('eval', 'min_block', True, r'min_block=True must be an integer in'),
     ('eval', 'min_block', 3, r'min_block=3 must be an integer in \[1, k=2\]'),
     ('eval', 'criteria', ('top3',), "criterion 'top3' is not"),
     ('eval', 'criteria', (), 'must be a non-empty tuple'),
     ('eval', 'max_len', 45, 'eval.max_len=45 with k up to 8 needs 53 decoder '
      'positions; model.max_target_len=48'),
-    ('model', 'dropout_rate', 2.0, r'dropout_rate=2.0 must be in \[0, 1\)'),
+    ('model', 'dropout_rate', 2.0, r'dropout_rate=2.0 must be a finite '
+     r'number in \[0, 1\)'),
     ('model', 'size', 'huge', "unknown model size 'huge'"),
     ('task', 'name', 'wmt', "task.name='wmt' is not one of"),
     ('task', 'max_source_len', 1, 'task.max_source_len=1'),
@@ -69,15 +96,39 @@ def test_a_config_at_every_limit_passes():
      'model.max_target_len=48'),
     ('mesh', 'data_axis', 'rows', "mesh.data_axis='rows' is not one of"),
     ('mesh', 'shape', (2, 2), 'differ in length'),
+    ('mesh', 'shape', (0,), r'mesh.shape=\(0,\) must be integers >= 1, one '
+     r'of them -1 at most'),
+    ('mesh', 'shape', (-1, -1), r'mesh.shape=\(-1, -1\) must be'),
+    ('mesh', 'shape', (True,), r'mesh.shape=\(True,\) must be'),
     ('eval', 'samplers', ('temperature=-1',), r'eval.samplers: '
      r'temperature=-1.0 must be a finite number >= 0'),
     ('eval', 'samplers', ('heat=2',), "eval.samplers: sampler 'heat=2'"),
+    ('eval', 'samplers', ('temperature=nan',), r'eval.samplers: '
+     r'temperature=nan must be a finite number >= 0'),
+    ('eval', 'criteria', ('distance:inf',), r"criterion 'distance:inf': "
+     r'distance verification needs a finite eps >= 0, got eps=inf'),
 ])
 def test_bad_fields(section, field, value, message):
   config = demo_config()
   config[section][field] = value
   with pytest.raises(ValueError, match=message):
     config_checks.check(config)
+
+
+@pytest.mark.parametrize('seed', [-1, 2**63, True])
+def test_a_seed_numpy_and_jax_cannot_take_is_named(seed):
+  config = demo_config()
+  config.seed = seed
+  with pytest.raises(ValueError, match=r'seed=.* must be an integer in '
+                     r'\[0, 2\*\*63\)'):
+    config_checks.check(config)
+
+
+def test_numpy_numbers_are_numbers():
+  # A value read from an array (a sweep's grid) is a number like any other.
+  config = demo_config()
+  config.eval.ks = (np.int64(2), 4)
+  config_checks.check(config)
 
 
 @pytest.mark.parametrize('fields,message', [
@@ -159,6 +210,12 @@ def test_a_missing_field_is_named():
     ('embedded_images', 'sizes', dict(train=0), r"task.sizes\['train'\]=0 "
      'must be an integer >= 1'),
     ('embedded_images', 'scales', (1, 0), r'task.scales=\(1, 0\) must be'),
+    ('embedded_images', 'scales', (1, True), r'task.scales=\(1, True\) must '
+     r'be integers >= 1'),
+    ('embedded_images', 'sizes', dict(train=True), r"task.sizes\['train'\]="
+     'True must be an integer >= 1'),
+    ('embedded_images', 'high_res', True, 'task.high_res=True must be an '
+     'integer'),
     ('tfds_images', 'splits', dict(test='test'), 'needs a "train" entry'),
     ('tfds_images', 'dataset', '', "task.dataset='' must be a TFDS name"),
     ('tfds_images', 'mock_examples', -1, 'task.mock_examples=-1 must be an '

@@ -17,13 +17,15 @@ def test_flag_without_value_and_empty_arg():
 
 
 @pytest.mark.parametrize('arg,message', [
-    ('depth=3', "unknown config option 'depth'; options: batch, size"),
+    ('depth=3', "unknown config option 'depth'; options: batch, eps, size"),
     ('batch=many', "config option batch='many' is not of type int"),
     ('batch', "config option 'batch' needs a value"),
+    ('eps=nan', "config option eps='nan' is not a finite number"),
+    ('eps=-inf', "config option eps='-inf' is not a finite number"),
 ])
 def test_errors(arg, message):
   with pytest.raises(ValueError, match=message):
-    config_options.parse(arg, size='small', batch=8)
+    config_options.parse(arg, size='small', batch=8, eps=0.5)
 
 
 def test_sibling_loads_the_shared_base(tmp_path):

@@ -25,3 +25,16 @@ def test_bad_fields_are_named():
   config.drafts.lm_window = 0
   with pytest.raises(ValueError, match='drafts.lm_window=0'):
     checks.check(config)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('ks', (True, 4), r'drafts.ks=\(True, 4\) must be integers >= 2'),
+    ('top_ts', (1, True), r'drafts.top_ts=\(1, True\) must be integers >= 1'),
+    ('repeats', True, 'drafts.repeats=True must be an integer >= 1'),
+    ('num_examples', -1, 'drafts.num_examples=-1 must be an integer >= 0'),
+])
+def test_bools_and_negatives_are_named(field, value, message):
+  config = train_configs.load_config('demo')
+  config.drafts[field] = value
+  with pytest.raises(ValueError, match=message):
+    checks.check(config)

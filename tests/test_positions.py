@@ -42,6 +42,8 @@ def test_source_skip_reads_the_input_pixel_under_each_output_pixel():
      'd_model=18 must be a multiple of 4'),
     (ImagePositions(target_side=4, source_skip=True), False, 16,
      'image.source_skip needs an encoder'),
+    (ImagePositions(target_side=4, channels=True), False, 16,
+     'image.channels=True must be an integer >= 1'),
 ])
 def test_problems_name_the_field(image, encoder_decoder, d_model, message):
   found = image.problems(encoder_decoder, d_model)

@@ -51,8 +51,8 @@ def test_bad_eval_fields_stop_before_any_work():
     config_checks.check(config)
   config = train_configs.load_config('sr_demo')
   config.train.input_dropout = 1.0
-  with pytest.raises(ValueError,
-                     match=r'input_dropout=1.0 must be in \[0, 1\)'):
+  with pytest.raises(ValueError, match=r'input_dropout=1.0 must be a finite '
+                     r'number in \[0, 1\)'):
     config_checks.check(config)
 
 

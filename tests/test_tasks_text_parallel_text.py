@@ -100,6 +100,10 @@ def test_parallel_text_with_words_and_limit(tmp_path):
     (dict(vocab_type='bpe'), "task.vocab_type='bpe' is not one of"),
     (dict(splits=dict(validation='val')), 'needs a "train" entry'),
     (dict(data_dir='/nonexistent'), 'train.en not found'),
+    (dict(train_limit=-1), 'task.train_limit=-1 must be an integer >= 0'),
+    (dict(train_limit=True), 'task.train_limit=True must be an integer'),
+    (dict(vocab_size=4), 'task.vocab_size=4 must be an integer >= 8'),
+    (dict(vocab_sample=-1), 'task.vocab_sample=-1 must be an integer >= 0'),
 ])
 def test_task_section_errors(tmp_path, overrides, message):
   with pytest.raises((ValueError, FileNotFoundError), match=message):

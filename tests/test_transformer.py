@@ -134,12 +134,16 @@ def test_paper_sizes():
 @pytest.mark.parametrize('field,value,message', [
     ('vocab_size', 0, 'vocab_size=0 must be an integer >= 1'),
     ('num_heads', 3, 'd_model=16 must be divisible by num_heads=3'),
-    ('dropout_rate', 1.0, r'dropout_rate=1.0 must be in \[0, 1\)'),
+    ('dropout_rate', 1.0, r'dropout_rate=1.0 must be a finite number in '
+     r'\[0, 1\)'),
+    ('dropout_rate', float('nan'), r'dropout_rate=nan must be a finite'),
+    ('d_model', True, 'd_model=True must be an integer >= 1'),
     ('positions', 'rotary', "positions='rotary' is not one of"),
     ('head_layer', 'shared', "head_layer='shared' is not one of"),
     ('num_proposal_heads', 0, 'num_proposal_heads=0 must be'),
     ('eos_id', 11, r'eos_id=11 is outside the vocabulary \[0, 11\)'),
-    ('num_encoder_layers', -1, 'num_encoder_layers=-1 must be >= 0'),
+    ('num_encoder_layers', -1, 'num_encoder_layers=-1 must be an integer '
+     '>= 0'),
     ('dtype', 'float8', "dtype='float8'"),
     ('local_attention_block', -1, 'local_attention_block=-1 must be an '
      'integer >= 0'),
@@ -149,9 +153,13 @@ def test_paper_sizes():
     ('image', ImagePositions(target_side=2), "image needs positions='image'"),
     ('activation', 'swish', r"activation='swish' is not one of \('relu', "
      r"'gelu'\)"),
-    ('layer_norm_epsilon', 0.0, 'layer_norm_epsilon=0.0 must be a number > 0'),
-    ('layer_norm_epsilon', '1e-5', "layer_norm_epsilon='1e-5' must be a "
+    ('layer_norm_epsilon', 0.0, 'layer_norm_epsilon=0.0 must be a finite '
      'number > 0'),
+    ('layer_norm_epsilon', '1e-5', "layer_norm_epsilon='1e-5' must be a "
+     'finite number > 0'),
+    ('layer_norm_epsilon', float('inf'), 'layer_norm_epsilon=inf must be a '
+     'finite number > 0'),
+    ('head_hidden', True, 'head_hidden=True must be an integer >= 1'),
     ('draft_source', 'memory', "draft_source='memory' is not one of"),
     ('draft_source', 'base', "draft_source='base' is the autoregressive "
      "draft layer's attention"),

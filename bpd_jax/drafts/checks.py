@@ -6,7 +6,9 @@ line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
 """
 
 from bpd_jax import decoding
+from bpd_jax import numeric
 from bpd_jax.models import heads as heads_lib
+from bpd_jax.tasks.checks import at_least
 
 
 def check(config, heads: int | None = None, vocab_size: int | None = None):
@@ -16,20 +18,16 @@ def check(config, heads: int | None = None, vocab_size: int | None = None):
                      'configs/demo.py).')
   d = config.drafts
   ks = tuple(d.ks)
-  if not ks or any(not isinstance(k, int) or k < 2 for k in ks):
-    raise ValueError(f'drafts.ks={ks} must be integers >= 2.')
+  if not ks or not all(numeric.is_integer(k) and k >= 2 for k in ks):
+    raise ValueError(f'drafts.ks={ks!r} must be integers >= 2.')
   if heads is not None and max(ks) > heads:
     raise ValueError(f'drafts.ks={ks} exceed the model\'s {heads} heads.')
-  for name in ('batch_size', 'repeats', 'ngram_order', 'lm_window',
-               'lm_steps', 'lm_d_model', 'lm_layers'):
-    if not isinstance(d[name], int) or d[name] < 1:
-      raise ValueError(f'drafts.{name}={d[name]!r} must be an integer >= 1.')
-  if d.num_examples < 0 or d.corpus_limit < 0:
-    raise ValueError('drafts.num_examples and drafts.corpus_limit must be '
-                     '>= 0 (0: all).')
-  if not d.top_ts or min(d.top_ts) < 1:
-    raise ValueError(f'drafts.top_ts={tuple(d.top_ts)} must be integers '
-                     f'>= 1.')
+  at_least(d, 'drafts', batch_size=1, repeats=1, ngram_order=1, lm_window=1,
+           lm_steps=1, lm_d_model=1, lm_layers=1, num_examples=0,
+           corpus_limit=0)
+  top_ts = tuple(d.top_ts)
+  if not top_ts or not all(numeric.is_integer(t) and t >= 1 for t in top_ts):
+    raise ValueError(f'drafts.top_ts={top_ts!r} must be integers >= 1.')
   if vocab_size is not None and max(d.top_ts) > vocab_size:
     raise ValueError(f'drafts.top_ts={tuple(d.top_ts)} exceed the '
                      f'vocabulary size {vocab_size}.')

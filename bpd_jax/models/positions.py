@@ -19,6 +19,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from bpd_jax import numeric
+
 POSITIONS = ('sinusoidal', 'learned', 'image')
 # ml_collections `model` fields (configs/sr_demo.py, celeba_sr.py) -> the
 # ImagePositions fields they set.
@@ -56,7 +58,7 @@ class ImagePositions:
     sides.update(target_side=self.target_side, channels=self.channels)
     found = [f'image.{name}={value!r} must be an integer >= 1.'
              for name, value in sides.items()
-             if not isinstance(value, int) or value < 1]
+             if not numeric.is_integer(value) or value < 1]
     if d_model % 4:
       found.append(f'd_model={d_model} must be a multiple of 4 with '
                    f'positions=\'image\' (row and column codes of '

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bpd_jax import numeric
 from bpd_jax import ops
 from bpd_jax.models import attention
 from bpd_jax.models import draft_layer as draft_layer_lib
@@ -151,22 +152,26 @@ class TransformerConfig:
                  'num_decoder_layers', 'max_source_len', 'max_target_len',
                  'num_proposal_heads'):
       value = getattr(self, name)
-      check(isinstance(value, int) and value >= 1,
+      check(numeric.is_integer(value) and value >= 1,
             f'{name}={value!r} must be an integer >= 1.')
-    check(self.num_encoder_layers >= 0,
-          f'num_encoder_layers={self.num_encoder_layers} must be >= 0.')
+    check(numeric.is_integer(self.num_encoder_layers)
+          and self.num_encoder_layers >= 0,
+          f'num_encoder_layers={self.num_encoder_layers!r} must be an '
+          f'integer >= 0.')
     check(self.d_model % self.num_heads == 0,
           f'd_model={self.d_model} must be divisible by '
           f'num_heads={self.num_heads}.')
-    check(0.0 <= self.dropout_rate < 1.0,
-          f'dropout_rate={self.dropout_rate} must be in [0, 1).')
+    check(numeric.is_finite(self.dropout_rate)
+          and 0.0 <= self.dropout_rate < 1.0,
+          f'dropout_rate={self.dropout_rate!r} must be a finite number in '
+          f'[0, 1).')
     check(self.activation in ACTIVATIONS,
           f'activation={self.activation!r} is not one of '
           f'{tuple(ACTIVATIONS)}.')
-    check(isinstance(self.layer_norm_epsilon, (int, float))
+    check(numeric.is_finite(self.layer_norm_epsilon)
           and self.layer_norm_epsilon > 0,
           f'layer_norm_epsilon={self.layer_norm_epsilon!r} must be a '
-          f'number > 0.')
+          f'finite number > 0.')
     check(self.positions in positions_lib.POSITIONS,
           f'positions={self.positions!r} is not one of '
           f'{positions_lib.POSITIONS}.')
@@ -189,7 +194,7 @@ class TransformerConfig:
           f'{self.num_encoder_layers}): set it to \'none\'.')
     layers = self.draft_feature_layers
     check(isinstance(layers, (tuple, list)) and all(
-        isinstance(i, int) and not isinstance(i, bool) for i in layers)
+        numeric.is_integer(i) for i in layers)
           and list(layers) == sorted(set(layers))
           and all(0 <= i < self.num_decoder_layers - 1 for i in layers),
           f'draft_feature_layers={layers!r} must be distinct ascending '
@@ -199,16 +204,18 @@ class TransformerConfig:
           f'draft_feature_layers={layers!r} are read by the autoregressive '
           f'draft layer; head_layer={self.head_layer!r}.')
     object.__setattr__(self, 'draft_feature_layers', tuple(layers))
-    check(self.head_hidden is None or self.head_hidden >= 1,
-          f'head_hidden={self.head_hidden} must be >= 1 (or None for d_ff).')
+    check(self.head_hidden is None or (numeric.is_integer(self.head_hidden)
+                                       and self.head_hidden >= 1),
+          f'head_hidden={self.head_hidden!r} must be an integer >= 1 (or '
+          f'None for d_ff).')
     check(self.dtype in DTYPES and self.param_dtype in DTYPES,
           f'dtype={self.dtype!r} and param_dtype={self.param_dtype!r} must '
           f'be in {DTYPES}.')
-    check(isinstance(self.local_attention_block, int)
+    check(numeric.is_integer(self.local_attention_block)
           and self.local_attention_block >= 0,
           f'local_attention_block={self.local_attention_block!r} must be an '
           f'integer >= 0 (0: causal attention over every position).')
-    check(isinstance(self.local_attention_memory, int)
+    check(numeric.is_integer(self.local_attention_memory)
           and self.local_attention_memory >= 0,
           f'local_attention_memory={self.local_attention_memory!r} must be '
           f'an integer >= 0.')
@@ -224,8 +231,9 @@ class TransformerConfig:
     check(not problems, problems[0] if problems else '')
     ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
     for name, value in ids.items():
-      check(0 <= value < self.vocab_size,
-            f'{name}={value} is outside the vocabulary [0, {self.vocab_size}).')
+      check(numeric.is_integer(value) and 0 <= value < self.vocab_size,
+            f'{name}={value!r} is outside the vocabulary [0, '
+            f'{self.vocab_size}).')
     check(self.pad_id != self.eos_id,
           f'pad_id and eos_id must differ (both {self.pad_id}).')
 

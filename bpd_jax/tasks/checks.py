@@ -1,4 +1,13 @@
-"""Helpers of the config checks: a bad field named with its value."""
+"""Helpers of the config checks: a bad field named with its value.
+
+Integers are checked by `at_least`, other numbers by `number_in`: both
+refuse bools, and `number_in` refuses NaN and the infinities (see
+`bpd_jax/numeric.py`).
+"""
+
+import math
+
+from bpd_jax import numeric
 
 
 def at_least(section, name: str, **minimums) -> None:
@@ -13,9 +22,41 @@ def at_least(section, name: str, **minimums) -> None:
     if field not in section:
       raise ValueError(f'{name}.{field} is missing: an integer >= {minimum}.')
     value = section[field]
-    if not isinstance(value, int) or value < minimum:
+    if not numeric.is_integer(value) or value < minimum:
       raise ValueError(f'{name}.{field}={value!r} must be an integer >= '
                        f'{minimum}.')
+
+
+def number_in(section, name: str, field: str, low: float,
+              high: float = math.inf, *, open_low: bool = False,
+              open_high: bool = False, default=None) -> None:
+  """Raises ValueError unless the field is a finite number in the range.
+
+  Args:
+    section, name: as `at_least`.
+    field: the field's name in the section.
+    low, high: the range's ends (high inf: no upper end).
+    open_low, open_high: an end is excluded (e.g. a learning rate > 0).
+    default: the value of a missing field (None: it must be there).
+  """
+  value = section.get(field, default)
+  if value is None:
+    raise ValueError(f'{name}.{field} is missing: a number '
+                     f'{_range(low, high, open_low, open_high)}.')
+  # is_finite first: a string or None has no order with numbers.
+  if not (numeric.is_finite(value)
+          and (value > low if open_low else value >= low)
+          and (value < high if open_high else value <= high)):
+    raise ValueError(f'{name}.{field}={value!r} must be a finite number '
+                     f'{_range(low, high, open_low, open_high)}.')
+
+
+def _range(low, high, open_low, open_high) -> str:
+  """'> 0', '>= 0' or 'in (0, 1]' as messages write a range."""
+  if high == math.inf:
+    return f'{">" if open_low else ">="} {low:g}'
+  return (f'in {"(" if open_low else "["}{low:g}, {high:g}'
+          f'{")" if open_high else "]"}')
 
 
 def needs_train_split(task, why: str) -> None:

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from bpd_jax import numeric
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.images import task as task_lib
 from bpd_jax.tasks.images import tokens as images_lib
@@ -152,12 +153,12 @@ def _check_section(task) -> None:
     raise ValueError(f'task.sizes has splits {sorted(unknown)}: only splits '
                      f'of {SPLITS} (the photos are split, not the crops).')
   for split, count in sizes.items():
-    if not isinstance(count, int) or count < 1:
+    if not numeric.is_integer(count) or count < 1:
       raise ValueError(f'task.sizes[{split!r}]={count!r} must be an '
                        f'integer >= 1.')
   scales = tuple(task.get('scales', DEFAULT_SCALES))
-  if not scales or not all(isinstance(s, int) and s >= 1 for s in scales):
-    raise ValueError(f'task.scales={scales} must be integers >= 1.')
+  if not scales or not all(numeric.is_integer(s) and s >= 1 for s in scales):
+    raise ValueError(f'task.scales={scales!r} must be integers >= 1.')
 
 
 def _check(config) -> None:

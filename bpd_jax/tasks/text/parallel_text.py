@@ -19,7 +19,7 @@ import os
 import random
 
 from bpd_jax.tasks import spec
-from bpd_jax.tasks.checks import needs_train_split
+from bpd_jax.tasks.checks import at_least, needs_train_split
 from bpd_jax.tasks.text import task as task_lib
 from bpd_jax.tasks.text import vocab as vocab_lib
 
@@ -87,6 +87,12 @@ def _check_section(task) -> None:
     raise ValueError(f'task.vocab_type={task.vocab_type!r} is not one of '
                      f'{vocab_lib.VOCAB_TYPES}.')
   needs_train_split(task, 'the vocabulary is built from it')
+  # A negative limit would cut pairs off the end ([:-1]); 0 reads all.
+  at_least(task, 'task', train_limit=0)
+  if task.vocab_type == 'sentencepiece':
+    at_least(task, 'task', vocab_size=8)
+  if 'vocab_sample' in task:
+    at_least(task, 'task', vocab_sample=0)
 
 
 def _load(config, workdir: str,
