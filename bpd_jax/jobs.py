@@ -13,21 +13,24 @@ only with --verbosity, `console.py`), the config parsed by
 `--config` is checked (`config_checks.check`: a bad field stops before any
 work), the checkpoint to restore is looked for, the job's own checks run
 (its flags, its config section), the processes of a multi-process run join
-(`distributed.initialize`), the workdir is locked for this job and the
-config compared with the run's (`workdir.py`), then the task is loaded and
-the model restored from WORKDIR's latest intact checkpoint or built with
-the config's random weights (`models/factory.py`). The training job asks
-for neither (it builds both itself).
+(`distributed.initialize`) and the mesh is checked against their devices,
+the workdir is locked for this job and the config compared with the run's
+(`workdir.py`), then the task is loaded and the model restored from
+WORKDIR's latest intact checkpoint or built with the config's random
+weights (`models/factory.py`). The training job asks for neither (it
+builds both itself).
 
-`run` reports every `errors.JobError` (and absl's UsageError, and a bad
-flag or config override) as one line on stderr, and exits with the error's
-status (2 for a usage error) without a traceback; `--verbosity=1` shows the
-traceback too.
+`run` reports every `errors.JobError` (and absl's UsageError, a bad flag, a
+--config file that gives no config, and a bad config override) as one line
+on stderr, and exits with the error's status (2 for a usage error) without
+a traceback; `--verbosity=1` shows the traceback too.
 """
 
 import dataclasses
 import difflib
+import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 from typing import Callable
@@ -41,6 +44,7 @@ from bpd_jax import config_checks
 from bpd_jax import console
 from bpd_jax import distributed
 from bpd_jax import errors
+from bpd_jax import sharding
 from bpd_jax import tasks
 from bpd_jax import workdir as workdir_lib
 from bpd_jax.models import factory
@@ -121,7 +125,8 @@ def setup(argv, *, init: str | None = None,
 
   Raises:
     app.UsageError: extra arguments, or a failed job check.
-    errors.ConfigError: a bad config field (config_checks).
+    errors.ConfigError: a bad config field (config_checks), or a mesh that
+      needs more devices than there are.
     errors.MissingFileError: no checkpoint to restore.
     errors.WorkdirError: another job holds the workdir, the config differs
       from the run's where it matters, or the workdir cannot be written.
@@ -148,11 +153,21 @@ def setup(argv, *, init: str | None = None,
     except ValueError as error:
       raise app.UsageError(str(error)) from error
   distributed.initialize()
+  _check_mesh(config)
   _hold_workdir(config, workdir, init)
   if init is None:
     return Job(config, workdir, options=options)
   model, task = load(config, workdir, init)
   return Job(config, workdir, model, task, options)
+
+
+def _check_mesh(config) -> None:
+  """Raises ConfigError unless the devices hold config.mesh.shape: known
+  only once the processes have joined, so not a config check."""
+  try:
+    sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  except ValueError as error:
+    raise errors.ConfigError(str(error)) from error
 
 
 _HELD: list[workdir_lib.Lock] = []  # Released when the job's main returns.
@@ -213,18 +228,102 @@ def _release_workdir() -> None:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, its errors (and a bad config override) one line."""
+  """absl's flag parsing; its errors, a --config file that gives no config
+  and a bad config override, each one line."""
   try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
+    remaining = flags.FLAGS(argv)
+  except (flags.Error, OSError, SyntaxError, AttributeError, KeyError,
+          TypeError, ValueError) as error:
     if _tracebacks(argv):
       raise
-    _exit(f'{error} (--helpshort lists the flags).', 2)
-  except (AttributeError, KeyError, TypeError, ValueError) as error:
-    # ml_collections applies --config.SECTION.FIELD=VALUE while parsing.
-    if _tracebacks(argv):
-      raise
-    _exit(_override_error(argv, error), 2)
+    # The config file first: absl reports its errors as a flag error that
+    # holds a traceback's text (or not at all: a SyntaxError).
+    _exit(_config_file_error(_config_value(argv))
+          or _flag_error(argv, error), 2)
+  # ml_collections defers a missing or unreadable file's error until the
+  # config is first read (a traceback in `setup`): named here.
+  value = config_flags.get_config_filename(flags.FLAGS['config'])
+  path = value.partition(':')[0]
+  if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+    _exit(_config_file_error(value), 2)
+  return remaining
+
+
+def _flag_error(argv: list[str], error: Exception) -> str:
+  """The message of a failed parse whose config file is fine."""
+  if isinstance(error, flags.Error):
+    return f'{error} (--helpshort lists the flags).'
+  # ml_collections applies --config.SECTION.FIELD=VALUE while parsing.
+  return _override_error(argv, error)
+
+
+def _config_value(argv: list[str]) -> str | None:
+  """The --config value as the command gives it (--config=V or --config
+  V; the last one counts, as for absl), or None."""
+  value = None
+  for i, arg in enumerate(argv[1:], 1):
+    if arg.startswith('--config='):
+      value = arg.split('=', 1)[1]
+    elif arg == '--config' and i + 1 < len(argv):
+      value = argv[i + 1]
+  return value
+
+
+def _config_file_error(value: str | None) -> str | None:
+  """Why the --config value FILE[:OPTIONS] gives no config, in one line,
+  or None where it gives one (or no --config was given)."""
+  if value is None:
+    return None
+  try:
+    _load_config_file(value)
+  except ValueError as error:
+    return str(error)
+  return None
+
+
+def _load_config_file(value: str):
+  """The config of a --config value, built as ml_collections builds it:
+  FILE's get_config(), or get_config(OPTIONS) for FILE:OPTIONS.
+
+  Raises:
+    ValueError: one line naming the value: FILE is missing or unreadable,
+      is not Python, has no get_config taking these options, or its
+      get_config refuses an option (`config_options.parse`: the option and
+      the valid ones).
+  """
+  path, colon, options = value.partition(':')
+  where = f'--config={value}'
+  if not os.path.isfile(path):
+    raise ValueError(f'{where}: ' + ('a directory, not a config file.'
+                                     if os.path.isdir(path) else
+                                     'no such file.'))
+  # A loader by path, as ml_collections's: any file name is read as Python.
+  loader = importlib.machinery.SourceFileLoader('_config_file', path)
+  module = importlib.util.module_from_spec(
+      importlib.util.spec_from_loader(loader.name, loader))
+  try:
+    loader.exec_module(module)
+  except SyntaxError as error:
+    raise ValueError(f'{where}: not a Python config file (line '
+                     f'{error.lineno}: {error.msg}).') from error
+  except OSError as error:
+    raise ValueError(f'{where}: cannot be read: {error.strerror}.') from error
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    raise ValueError(f'{where}: not a config file: it defines no '
+                     f'get_config(arg).')
+  arguments = (options,) if colon else ()
+  try:
+    inspect.signature(get_config).bind(*arguments)
+  except TypeError:
+    raise ValueError(f'{where}: its get_config takes '
+                     + ('no options after a colon.' if colon else
+                        'options: FILE:OPTIONS.')) from None
+  try:
+    return get_config(*arguments)
+  except ValueError as error:  # A bad option, named by the config itself.
+    raise ValueError(f'{where}: {str(error).strip().splitlines()[0]}'
+                     ) from error
 
 
 def _override_error(argv: list[str], error: Exception) -> str:
@@ -232,7 +331,7 @@ def _override_error(argv: list[str], error: Exception) -> str:
   closest valid names (or the parser's own message)."""
   overrides = [a[2:].split('=', 1)[0] for a in argv[1:]
                if a.startswith('--config.')]
-  config = _config_without_overrides(argv)
+  config = _config_without_overrides(_config_value(argv))
   for override in overrides if config is not None else ():
     node, where = config, 'the config'
     for key in override.split('.')[1:]:
@@ -251,19 +350,13 @@ def _override_error(argv: list[str], error: Exception) -> str:
   return f'a config override failed: {type(error).__name__}: {first_line}'
 
 
-def _config_without_overrides(argv: list[str]):
-  """The --config file's config as ml_collections builds it (its
-  get_config, given the options after a colon), or None if that fails."""
-  value = next((a.split('=', 1)[1] for a in argv
-                if a.startswith('--config=')), None)
+def _config_without_overrides(value: str | None):
+  """The config of the --config value (`_load_config_file`), or None if
+  there is none or it fails."""
   if value is None:
     return None
-  path, _, options = value.partition(':')
   try:
-    spec = importlib.util.spec_from_file_location('_config_file', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(options) if options else module.get_config()
+    return _load_config_file(value)
   except Exception:  # The file itself fails: the parser's message says how.
     return None
 

@@ -22,21 +22,22 @@ def make_mesh(shape: Sequence[int], axis_names: Sequence[str]):
   (1,) runs on one device.
   """
   shape, count = list(shape), jax.device_count()
+  given = tuple(shape)  # As the config names it (mesh.shape).
   if len(shape) != len(axis_names):
-    raise ValueError(f'mesh shape {tuple(shape)} and axes {tuple(axis_names)} '
+    raise ValueError(f'mesh.shape={given} and mesh.axes={tuple(axis_names)} '
                      f'differ in length.')
   if shape.count(-1) > 1:
-    raise ValueError(f'mesh shape {tuple(shape)} has more than one -1.')
+    raise ValueError(f'mesh.shape={given} has more than one -1.')
   known = int(np.prod([d for d in shape if d != -1]))
   if -1 in shape:
     if count % known:
-      raise ValueError(f'{count} devices do not divide into mesh shape '
-                       f'{tuple(shape)}.')
+      raise ValueError(f'{count} devices do not divide into mesh.shape='
+                       f'{given}.')
     shape[shape.index(-1)] = count // known
   needed = int(np.prod(shape))
   if needed > count or needed < 1:
-    raise ValueError(f'mesh shape {tuple(shape)} needs {needed} devices; '
-                     f'there are {count}.')
+    raise ValueError(f'mesh.shape={given} needs {needed} devices; there are '
+                     f'{count}.')
   return jax.make_mesh(tuple(shape), tuple(axis_names),
                        axis_types=(jax.sharding.AxisType.Auto,) * len(shape),
                        devices=jax.devices()[:needed])

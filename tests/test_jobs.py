@@ -78,6 +78,11 @@ def test_setup_stops_before_any_work(given_flags):
   config.train.batch_size = 0
   with pytest.raises(ValueError, match='train.batch_size=0'):
     jobs.setup(['job'])
+  config.train.batch_size = 8
+  config.mesh.shape = (16,)  # The tests have 8 devices.
+  with pytest.raises(errors.ConfigError, match=r'mesh.shape=\(16,\) needs 16 '
+                     r'devices; there are 8\.'):
+    jobs.setup(['job'])
 
 
 def user_error_cases(tmp_path):
@@ -123,8 +128,9 @@ def user_error_cases(tmp_path):
       (tmp_path / 'code' / f'm{i}.py').write_text(texts.pop())
   return [
       ('bad value', ['main', demo, f'--workdir={tmp_path}/w1',
-                     '--config.train.learning_rate=-1'],
-       r'train\.learning_rate=-1\.0 must be > 0\.', 2),
+                     '--config.train.learning_rate=inf'],
+       r'train\.learning_rate=inf must be a finite number in \(0, '
+       r'3\.40282e\+38\]\.', 2),
       ('unknown field', ['main', demo, f'--workdir={tmp_path}/w2',
                          '--config.model.num_head=3'],
        r"--config\.model\.num_head: section model has no field 'num_head'; "
@@ -148,6 +154,21 @@ def user_error_cases(tmp_path):
       ('damaged checkpoint', ['evaluate', demo, f'--workdir={damaged}'],
        r'no checkpoint in .*damaged/checkpoints reads back intact \(1 '
        r'tried; newest: checkpoint step 1', 2),
+      # The config file and its options: one line before any import of a
+      # task (they were 12 to 56 lines of traceback).
+      ('no config file', ['main', '--config=configs/nope.py',
+                          f'--workdir={tmp_path}/w11'],
+       r'^Error: --config=configs/nope\.py: no such file\.$', 2),
+      ('not a config file', ['main', '--config=README.md',
+                             f'--workdir={tmp_path}/w12'],
+       r'--config=README\.md: not a Python config file \(line \d+', 2),
+      ('bad config option', ['evaluate', '--config=configs/demo.py:quikc',
+                             f'--workdir={tmp_path}/w13'],
+       r"--config=configs/demo\.py:quikc: unknown config option 'quikc'; "
+       r'options: distilled, heads, quick\.', 2),
+      ('mesh beyond the devices', ['main', demo, f'--workdir={tmp_path}/w14',
+                                   '--config.mesh.shape=(4096,)'],
+       r'mesh\.shape=\(4096,\) needs 4096 devices; there are \d+\.', 2),
       ('LM split with nothing to evaluate',
        ['main', f'--config=configs/lm_demo.py:quick,root={tmp_path}/code',
         f'--workdir={tmp_path}/w10'],
@@ -175,6 +196,43 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
       assert len(stdout.splitlines()) <= 3, (name, stdout)
   finally:
     held.release()
+
+
+@pytest.mark.parametrize('value,message', [
+    ('configs/demo.py:heads=bogus', "config option heads='bogus' is not one "
+     "of ('joint', 'independent', 'sequential', 'autoregressive')."),
+    ('configs/multi30k.py:k=abc', "unknown config option 'k'; options: base, "
+     'data_dir,'),
+    ('configs/gpt2_heads.py:k=abc', "config option k='abc' is not of type "
+     'int.'),
+    ('configs/celeba_sr.py:k=0', 'config option k=0 must be >= 1.'),
+    ('configs/base.py:quick', 'its get_config takes no options after a '
+     'colon.'),
+    ('configs', 'a directory, not a config file.'),
+    ('configs/../README.md', 'not a Python config file'),
+])
+def test_config_file_errors_name_the_file_and_the_option(value, message):
+  value = os.path.join(ROOT, value)
+  error = jobs._config_file_error(value)  # pylint: disable=protected-access
+  assert error.startswith(f'--config={value}: ') and message in error
+  assert '\n' not in error
+
+
+@pytest.mark.parametrize('name', sorted(
+    name for name in os.listdir(os.path.join(ROOT, 'configs'))
+    if name.endswith('.py') and name != 'base.py'))
+def test_every_configs_options_are_checked(name):
+  # Each config reads its options through config_options.parse.
+  path = os.path.join(ROOT, 'configs', name)
+  assert jobs._config_file_error(f'{path}:bogus=1').startswith(  # pylint: disable=protected-access
+      f"--config={path}:bogus=1: unknown config option 'bogus'; options: ")
+
+
+def test_a_file_without_get_config_is_named(tmp_path):
+  path = tmp_path / 'settings.py'
+  path.write_text('learning_rate = 1e-3\n')
+  assert jobs._config_file_error(str(path)) == (  # pylint: disable=protected-access
+      f'--config={path}: not a config file: it defines no get_config(arg).')
 
 
 def test_override_errors_name_the_section_and_close_names():
