@@ -15,13 +15,16 @@ Everything a step needs is a function of (seed, step): the batch (see
 data/batching.py), dropout and the random head. A checkpoint holds the
 step, parameters and optimizer state, so a resumed run repeats the
 uninterrupted one exactly. SIGTERM (preemption) saves before exiting; a
-non-finite loss stops the run without saving over the last good checkpoint.
+non-finite loss, or a non-finite parameter or optimizer state about to be
+saved (the last update's, which no loss has seen yet), stops the run
+without saving: no checkpoint holds a NaN.
 """
 
 import contextlib
 import dataclasses
 import math
 import os
+import re
 import signal
 import time
 
@@ -184,8 +187,9 @@ class _Preemption:
     signal.signal(signal.SIGTERM, self._previous)
 
 
-class NonFiniteLoss(errors.JobError, FloatingPointError):
-  """The loss became NaN or infinite."""
+class Diverged(errors.JobError, FloatingPointError):
+  """The loss, or a parameter or optimizer state, became NaN or
+  infinite."""
   exit_code = 1  # The run diverged: not a mistake in the command.
 
 
@@ -208,7 +212,7 @@ def train(config, workdir: str, log=print, evaluate=None):
 
   Raises:
     Preempted: SIGTERM arrived and the state was saved.
-    NonFiniteLoss: the loss became NaN or infinite.
+    Diverged: the loss, or the state to be saved, became NaN or infinite.
     errors.SaveError: a checkpoint could not be written.
     errors.CheckpointError: checkpoints exist but none reads back intact.
   """
@@ -230,8 +234,11 @@ def train(config, workdir: str, log=print, evaluate=None):
 
   model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
   graphdef, params = nnx.split(model)
-  param_shardings = sharding.param_shardings(params, mesh,
-                                             config.mesh.param_rules)
+  try:
+    param_shardings = sharding.param_shardings(params, mesh,
+                                               config.mesh.param_rules)
+  except (ValueError, re.error) as error:  # Needs the parameters' shapes.
+    raise errors.ConfigError(f'mesh.param_rules: {error}') from error
   # One optimizer a phase: each starts with fresh moments, and a linear
   # schedule decays to zero at the end of its own phase.
   optimizers = {phase: _optimizer(train_config, phase) for phase in phases}
@@ -304,7 +311,7 @@ def train(config, workdir: str, log=print, evaluate=None):
         following = phase_at(phases, step)
         state = jax.device_put(new_state(state['params'], following),
                                state_shardings(following)[0])
-      checkpoints.save(step, state)
+      _save(checkpoints, step, state)  # A phase's end, or a preemption.
       if preemption.requested:
         break
     checkpoints.close()  # Waits: a failed last save is raised here.
@@ -343,20 +350,21 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
     at_end = step == phase.end or preemption.requested
     save = not at_end and step % train_config.checkpoint_every == 0
     if at_end or save or step % train_config.log_every == 0:
-      # Also checks the loss before any save: a non-finite one stops here.
+      # Also checks the loss (and the gradients' norm) before any save and
+      # before they are written: a non-finite one stops here.
       summary = _summarize(jax.device_get(sums), window_steps,
                            time.perf_counter() - window_start, train_config,
                            phase, step)
-      if not np.isfinite(summary['loss']):
-        raise NonFiniteLoss(
-            f'loss is {summary["loss"]} at step {step}; stopped without '
-            f'saving. The last good checkpoint is step '
-            f'{checkpoints.latest_step()} in {checkpoints.directory}.')
+      bad = next((name for name, value in summary.items()
+                  if not np.isfinite(value)), None)
+      if bad is not None:
+        raise Diverged(f'{bad} is {summary[bad]} at step {step}; stopped '
+                       f'without saving. {_last_good(checkpoints)}')
       writer.write(step, summary)
       log(_progress_line(summary, step, phase.end))
       sums, window_start, window_steps = None, time.perf_counter(), 0
     if save:
-      checkpoints.save(step, state)
+      _save(checkpoints, step, state)
     checkpoints.check()  # A background save that failed stops the run now.
     if (evaluate is not None and config.eval.every
         and step % config.eval.every == 0 and not preemption.requested):
@@ -365,6 +373,42 @@ def _run_phase(config, phase, state, step_fn, data, data_sharding,
       log(f'eval at step {step}: ' + ', '.join(f'{n} {v}'
                                                for n, v in values.items()))
   return state, step
+
+
+def _save(checkpoints, step: int, state) -> None:
+  """Saves `state` as step `step` unless a float in it is NaN or infinite.
+
+  The loss is checked before a save too, but it is computed before the
+  step's update: an update that overflows float32 would be saved unseen
+  (train.learning_rate=inf did this), and every later job would load it.
+
+  Raises:
+    Diverged: naming the step and the last good checkpoint.
+  """
+  if not bool(_all_finite(state)):
+    raise Diverged(f'a parameter or optimizer state is NaN or infinite '
+                   f'after step {step}; stopped without saving. '
+                   f'{_last_good(checkpoints)}')
+  checkpoints.save(step, state)
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  """Whether every float of `tree` is finite: one bool, reduced on the
+  devices that hold the arrays."""
+  finite = [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)
+            if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(finite)) if finite else jnp.bool_(True)
+
+
+def _last_good(checkpoints) -> str:
+  """Where a diverged run can resume from: its newest checkpoint (every
+  save is checked finite), or that it has none."""
+  step = checkpoints.latest_step()
+  if step is None:
+    return f'No checkpoint was saved yet in {checkpoints.directory}.'
+  return (f'The last good checkpoint is step {step} in '
+          f'{checkpoints.directory}.')
 
 
 def _updates(train_config, phase) -> int:

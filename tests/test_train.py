@@ -10,6 +10,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -249,11 +250,64 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
   config = tiny_config(train=dict(base_steps=12, head_steps=0,
                                   learning_rate=1e30, clip_norm=0.0,
                                   checkpoint_every=4, log_every=2))
-  with pytest.raises(train.NonFiniteLoss, match='stopped without saving'):
+  with pytest.raises(train.Diverged, match='stopped without saving'):
     train.train(config, str(tmp_path), log=quiet)
   saved = [p.name for p in (tmp_path / 'checkpoints').iterdir()
            if p.name.isdigit()]
   assert all(int(s) < 12 for s in saved)
+
+
+def test_the_last_update_is_checked_before_its_save(tmp_path, monkeypatch):
+  # An update that overflows: step 1's loss and gradients (computed before
+  # the update) are finite, the parameters it leaves are not. The run used
+  # to save that step and exit 0 (train.learning_rate=inf did this).
+  monkeypatch.setattr(train.optim, 'make_optimizer', lambda *_, **__: (
+      optax.chain(optax.sgd(1.0), optax.scale(jnp.inf))))
+  config = tiny_config(train=dict(base_steps=1, head_steps=0))
+  with pytest.raises(train.Diverged, match=r'NaN or infinite after step 1; '
+                     r'stopped without saving\. No checkpoint was saved yet '
+                     r'in .*checkpoints\.') as raised:
+    train.train(config, str(tmp_path), log=quiet)
+  assert raised.value.exit_code == 1  # The run's fault, not the command's.
+  assert not [p for p in (tmp_path / 'checkpoints').iterdir()
+              if p.name.isdigit()]
+
+
+class _Store:
+  """A checkpoint directory that records the steps saved."""
+  directory = '/w/checkpoints'
+
+  def __init__(self, latest):
+    self.latest, self.saved = latest, []
+
+  def latest_step(self):
+    return self.latest
+
+  def save(self, step, state):
+    del state
+    self.saved.append(step)
+
+
+@pytest.mark.parametrize('latest,message', [
+    (3, 'The last good checkpoint is step 3 in /w/checkpoints.'),
+    (None, 'No checkpoint was saved yet in /w/checkpoints.'),
+])
+def test_a_non_finite_state_is_never_saved(latest, message):
+  store = _Store(latest)
+  moments = {'mu': jnp.zeros(2), 'count': jnp.int32(4)}
+  for bad in ({'w': jnp.array([1.0, jnp.inf])},
+              {'w': jnp.array([1.0, jnp.nan], jnp.bfloat16)}):
+    with pytest.raises(train.Diverged, match=re.escape(
+        f'after step 4; stopped without saving. {message}')):
+      train._save(store, 4, dict(step=jnp.int32(4), params=bad,  # pylint: disable=protected-access
+                                 opt_state=moments))
+  with pytest.raises(train.Diverged):  # An optimizer moment alone.
+    train._save(store, 4, dict(step=jnp.int32(4), params={'w': jnp.ones(2)},  # pylint: disable=protected-access
+                               opt_state={'mu': jnp.full(2, jnp.inf)}))
+  assert store.saved == []
+  train._save(store, 4, dict(step=jnp.int32(4), params={'w': jnp.ones(2)},  # pylint: disable=protected-access
+                             opt_state=moments))
+  assert store.saved == [4]
 
 
 def test_periodic_evaluation(tmp_path):
