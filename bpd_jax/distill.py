@@ -201,7 +201,7 @@ _OVERWRITE = flags.DEFINE_bool(
     'holds files (never one the job reads).')
 _BATCH_SIZE = flags.DEFINE_integer(
     'batch_size', 64, 'Training sources decoded together (the output of '
-    'each is the one it has alone).')
+    'each is the one it has alone).', lower_bound=1)
 
 flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir.
 

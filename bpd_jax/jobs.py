@@ -240,12 +240,15 @@ def _parse_flags(argv: list[str]) -> list[str]:
     # holds a traceback's text (or not at all: a SyntaxError).
     _exit(_config_file_error(_config_value(argv))
           or _flag_error(argv, error), 2)
-  # ml_collections defers a missing or unreadable file's error until the
-  # config is first read (a traceback in `setup`): named here.
-  value = config_flags.get_config_filename(flags.FLAGS['config'])
-  path = value.partition(':')[0]
-  if not (os.path.isfile(path) and os.access(path, os.R_OK)):
-    _exit(_config_file_error(value), 2)
+  # ml_collections defers an OSError (a missing or unreadable config file,
+  # a folder its get_config reads) until the config is first read (a
+  # traceback in `setup`): named here.
+  try:
+    flags.FLAGS.config.get('seed')  # Any read of a deferred error raises it.
+  except OSError as error:
+    if _tracebacks(argv):
+      raise
+    _exit(_config_file_error(_config_value(argv)) or str(error), 2)
   return remaining
 
 
@@ -321,7 +324,8 @@ def _load_config_file(value: str):
                         'options: FILE:OPTIONS.')) from None
   try:
     return get_config(*arguments)
-  except ValueError as error:  # A bad option, named by the config itself.
+  except (ValueError, OSError) as error:  # A bad option or a missing file,
+    # named by the config itself.
     raise ValueError(f'{where}: {str(error).strip().splitlines()[0]}'
                      ) from error
 

@@ -166,6 +166,12 @@ def user_error_cases(tmp_path):
                              f'--workdir={tmp_path}/w13'],
        r"--config=configs/demo\.py:quikc: unknown config option 'quikc'; "
        r'options: distilled, heads, quick\.', 2),
+      # ml_collections holds back an OSError of get_config until the config
+      # is read.
+      ('a folder the config reads is missing',
+       ['main', f'--config=configs/gpt2_heads.py:gpt2={tmp_path}/none',
+        f'--workdir={tmp_path}/w15'],
+       r'gpt2=.*/none: GPT-2 checkpoint directory .*/none not found', 2),
       ('mesh beyond the devices', ['main', demo, f'--workdir={tmp_path}/w14',
                                    '--config.mesh.shape=(4096,)'],
        r'mesh\.shape=\(4096,\) needs 4096 devices; there are \d+\.', 2),
@@ -210,6 +216,8 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
      'colon.'),
     ('configs', 'a directory, not a config file.'),
     ('configs/../README.md', 'not a Python config file'),
+    ('configs/gpt2_heads.py:gpt2=/none', 'GPT-2 checkpoint directory /none '
+     'not found'),
 ])
 def test_config_file_errors_name_the_file_and_the_option(value, message):
   value = os.path.join(ROOT, value)

@@ -58,11 +58,14 @@ _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], "Nodes of the trees k='auto' may choose too, each the "
     "most probable of that size (e.g. 16,32; exact verification).")
 _EXAMPLES = flags.DEFINE_integer('examples', 256,
-                                 'Eval sentences decoded per setting.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.')
+                                 'Eval sentences decoded per setting.',
+                                 lower_bound=1)
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.',
+                                lower_bound=1)
 _CALIBRATION = flags.DEFINE_integer(
     'calibration_examples', 64,
-    "Training sources k='auto' is tuned on (0: no auto setting).")
+    "Training sources k='auto' is tuned on (0: no auto setting).",
+    lower_bound=0)
 _QUICK = flags.DEFINE_boolean(
     'quick', False, 'Under a minute: batch sizes 1 and 8, the smallest and '
     'largest k, exact only, 16 sentences, 1 round, auto tuned on 16 '
@@ -104,8 +107,6 @@ def _options(config) -> dict:
     repeats = repeats if given(_REPEATS) else 1
     calibration_examples = (calibration_examples if given(_CALIBRATION)
                             else min(calibration_examples, 16))
-  if examples < 1 or repeats < 1:
-    raise app.UsageError('--examples and --repeats must be >= 1.')
   tree_sizes = _ints('tree_sizes', _TREE_SIZES.value, low=2) \
       if _TREE_SIZES.value else []
   if tree_sizes and not calibration_examples:
