@@ -99,6 +99,7 @@ def load(config, workdir: str, init: str = 'checkpoint'):
     raise ValueError(f'init={init!r} is not one of {INITS}.')
   task = tasks.load_task(config.task, workdir,
                          train_vocab=init == 'random')
+  tasks.check_loaded(config, task)
   if init != 'random':  # Random weights have no run to compare with.
     workdir_lib.check_vocabulary(task.vocab, workdir, job_name(),
                                  training=False)

@@ -223,6 +223,7 @@ def train(config, workdir: str, log=print, evaluate=None):
       f'{jax.process_count()} process(es); this is process '
       f'{jax.process_index()}.')
   task = tasks.load_task(config.task, workdir)
+  tasks.check_loaded(config, task)  # Before training, not after it.
   workdir_lib.check_vocabulary(task.vocab, workdir, 'bpd_jax.main',
                                training=True, log=log,
                                write=jax.process_index() == 0)

@@ -94,13 +94,3 @@ def test_check_model_accepts_a_model_that_fits():
 def test_check_model_names_the_field(model, prompt, message):
   with pytest.raises(ValueError, match=message):
     task_lib.check_model(config(**model), train_prompt_len=prompt)
-
-
-def test_eval_split_must_be_a_split_of_the_task():
-  """It used to stop after training, with a traceback."""
-  checked = config()
-  task_lib.check_eval_split(checked, ('train', 'validation'))  # The default.
-  checked.eval.split = 'dev'
-  with pytest.raises(ValueError, match=r"eval.split='dev' is not a split of "
-                     r"task 'python_source': one of \['train', 'validation'\]"):
-    task_lib.check_eval_split(checked, ('train', 'validation'))

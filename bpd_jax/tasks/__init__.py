@@ -31,7 +31,7 @@ jobs find it in the workdir (or task.vocab_path) or stop with an error.
 """
 
 from bpd_jax import errors
-from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.checks import at_least, eval_split
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
 from bpd_jax.tasks.lm import python_source
@@ -99,6 +99,19 @@ def load_task(config, workdir: str, train_vocab: bool = True):
     raise errors.MissingFileError(str(error)) from error
   except ValueError as error:  # UnicodeError too: a file is not text.
     raise errors.DataError(str(error)) from error
+
+
+def check_loaded(config, task) -> None:
+  """What a config can be checked for only with its task loaded (a data
+  dir's or a dataset's split names): eval.split is one of the task's.
+
+  Raises:
+    errors.ConfigError: naming the field and the task's splits.
+  """
+  try:
+    eval_split(config, task.splits)
+  except ValueError as error:
+    raise errors.ConfigError(str(error)) from error
 
 
 def check(config) -> None:

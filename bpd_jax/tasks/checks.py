@@ -64,3 +64,18 @@ def needs_train_split(task, why: str) -> None:
   if 'train' not in task.splits:
     raise ValueError(f'task.splits={dict(task.splits)} needs a "train" '
                      f'entry: {why}.')
+
+
+def eval_split(config, splits) -> None:
+  """Raises ValueError unless eval.split is one of the task's `splits`:
+  evaluation reads it only after training, so it is checked before (at
+  the config check where a task's splits are fixed, else at its load).
+
+  Args:
+    config: the whole config.
+    splits: the task's split names.
+  """
+  split = config.eval.get('split', 'validation')
+  if split not in splits:
+    raise ValueError(f'eval.split={split!r} is not a split of task '
+                     f'{config.task.name!r}: one of {sorted(splits)}.')

@@ -238,15 +238,6 @@ def check_model(config, train_prompt_len: int) -> None:
         f'{config.eval.max_len}, k - 1 more: {decoding}).')
 
 
-def check_eval_split(config, splits) -> None:
-  """Raises ValueError unless eval.split is one of the task's `splits`
-  (evaluation reads it only after training)."""
-  split = config.eval.get('split', 'validation')
-  if split not in splits:
-    raise ValueError(f'eval.split={split!r} is not a split of task '
-                     f'{config.task.name!r}: one of {sorted(splits)}.')
-
-
 # A distilled LM corpus (bpd_jax.distill): the examples, and what they were
 # made with.
 DISTILLED_EXAMPLES, DISTILLED_INFO = 'train.npz', 'distilled.json'

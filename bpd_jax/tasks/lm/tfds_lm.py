@@ -43,7 +43,7 @@ from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
 from bpd_jax.tasks import token_ids
-from bpd_jax.tasks.checks import at_least, needs_train_split
+from bpd_jax.tasks.checks import at_least, eval_split, needs_train_split
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task
 
@@ -161,7 +161,7 @@ def _check(config) -> None:
   prompted = format_of(task.dataset).prompt is not None
   task_lib.check_model(
       config, train_prompt_len=task.max_source_len if prompted else 0)
-  task_lib.check_eval_split(config, task.splits)
+  eval_split(config, task.splits)
   if not prompted and task.max_source_len >= task.max_target_len:
     raise ValueError(
         f'task.max_source_len={task.max_source_len} (the evaluation prompt '
