@@ -44,9 +44,9 @@ from typing import Callable
 
 import numpy as np
 
-from bpd_jax import atomic_files
 from bpd_jax import decoding
 from bpd_jax import predictions
+from bpd_jax.infra import atomic_files
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512

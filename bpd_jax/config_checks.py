@@ -7,13 +7,13 @@ must be, so a typo in a sweep fails in a second rather than after training.
 import numpy as np
 
 from bpd_jax import decoding
-from bpd_jax import losses
-from bpd_jax import numeric
-from bpd_jax import optim
 from bpd_jax import tasks
+from bpd_jax.infra import numeric
 from bpd_jax.models import factory
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.tasks.checks import at_least, number_in
+from bpd_jax.training import losses
+from bpd_jax.training import optim
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
 # The largest learning rate that is finite once optax casts it to float32.

@@ -32,12 +32,12 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from bpd_jax import atomic_files
-from bpd_jax import errors
 from bpd_jax import generate
 from bpd_jax import jobs
-from bpd_jax import sharding
 from bpd_jax import tasks
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
+from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.lm import task as task_lib
 

@@ -39,10 +39,10 @@ from flax import nnx
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
-from bpd_jax import numeric
 from bpd_jax import rescorers
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.infra import numeric
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.models.transformer import Transformer
 

@@ -41,12 +41,12 @@ from absl import flags
 from ml_collections import config_flags
 
 from bpd_jax import config_checks
-from bpd_jax import console
-from bpd_jax import distributed
-from bpd_jax import errors
-from bpd_jax import sharding
 from bpd_jax import tasks
-from bpd_jax import workdir as workdir_lib
+from bpd_jax.infra import console
+from bpd_jax.infra import distributed
+from bpd_jax.infra import errors
+from bpd_jax.infra import sharding
+from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import factory
 
 CONFIG = config_flags.DEFINE_config_file(

@@ -15,7 +15,7 @@ from absl import flags
 
 from bpd_jax import evaluation
 from bpd_jax import jobs
-from bpd_jax import train
+from bpd_jax.training import train
 
 flags.adopt_module_key_flags(jobs)  # --help lists --config, --workdir.
 

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import losses
 from bpd_jax.models.transformer import Transformer
+from bpd_jax.training import losses
 
 
 def head_predictions(model: Transformer, sources: np.ndarray,

@@ -57,7 +57,7 @@ d_model 512, d_ff 2048, 8 attention heads, learned positions, batches of
 Fields not set here keep configs/base.py's value (documented there).
 """
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 
 base = config_options.sibling(__file__, 'base')
 

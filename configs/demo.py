@@ -57,7 +57,7 @@ paper's sequence-level distillation). Any field can be overridden, e.g.
 here keep configs/base.py's value (documented there).
 """
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')

@@ -42,7 +42,7 @@ Fields not set here keep configs/base.py's value (documented there).
 import dataclasses
 import os
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 from bpd_jax.models import gpt2 as gpt2_lib
 from bpd_jax.models import heads as heads_lib
 

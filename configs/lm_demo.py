@@ -44,7 +44,7 @@ when decoding; default data):
 Fields not set here keep configs/base.py's value (documented there).
 """
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')

@@ -40,7 +40,7 @@ e.g. `--config.eval.criteria="('exact','distance:2')"`. Fields not set
 here keep configs/base.py's value (documented there).
 """
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 
 base = config_options.sibling(__file__, 'base')
 

@@ -85,7 +85,7 @@ P100 GPUs, then 1,000,000 for each head model.
 Fields not set here keep configs/base.py's value (documented there).
 """
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 
 base = config_options.sibling(__file__, 'base')
 

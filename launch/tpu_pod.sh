@@ -6,7 +6,7 @@
 #       --config=configs/wmt14_base.py:data_dir=/mnt/data/tfds --workdir=/mnt/runs/base
 #   TPU=bpd ZONE=us-central2-b launch/tpu_pod.sh delete
 # Every host runs the same command; jax finds the slice's other hosts itself
-# (bpd_jax/distributed.py). The data dir and the workdir must be mounted on
+# (bpd_jax/infra/distributed.py). The data dir and the workdir must be mounted on
 # every host (NFS, Filestore, gcsfuse): all read the data, all write the
 # checkpoints, process 0 writes the vocabulary.
 set -euo pipefail

@@ -54,9 +54,9 @@ def pytest_xdist_auto_num_workers(config):
 # collection order (`--dist loadfile --no-loadscope-reorder`); xdist's own
 # order, by number of tests, started the one-test README file and the
 # subprocess jobs last, and one worker ran them alone for a minute.
-LONGEST_FIRST = ('test_main.py', 'test_generate.py', 'test_train.py',
+LONGEST_FIRST = ('test_main.py', 'test_generate.py', 'test_training_train.py',
                  'test_readme.py', 'test_sampling.py', 'test_bench_runner.py',
-                 'test_transformer.py', 'test_losses.py', 'test_jobs.py')
+                 'test_transformer.py', 'test_training_losses.py', 'test_jobs.py')
 
 
 def pytest_collection_modifyitems(config, items):

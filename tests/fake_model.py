@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import ops
 from bpd_jax.decoding import DecodingFns
+from bpd_jax.infra import ops
 
 VOCAB = 16
 PAD, EOS = 0, 1

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
 from bpd_jax.decoding import blockwise
+from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
 from bpd_jax.decoding import Refinement
 from bpd_jax.decoding import Tree
 from bpd_jax.decoding.prompt import required_positions

@@ -7,10 +7,10 @@ import os
 import pytest
 
 from bpd_jax import distill
-from bpd_jax import errors
 from bpd_jax import jobs
 from bpd_jax import tasks
-from bpd_jax import train
+from bpd_jax.infra import errors
+from bpd_jax.training import train
 
 import train_configs
 from train_configs import demo_config, tiny_config

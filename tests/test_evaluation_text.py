@@ -4,12 +4,12 @@ import pytest
 from flax import nnx
 
 from bpd_jax import tasks
-from bpd_jax.evaluation import text
 from bpd_jax.evaluation import spec
+from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
-from bpd_jax.tasks.text import vocab as vocab_lib
-from bpd_jax.models import Transformer
 from bpd_jax.models import factory
+from bpd_jax.models import Transformer
+from bpd_jax.tasks.text import vocab as vocab_lib
 
 from train_configs import tiny_config
 
@@ -106,8 +106,8 @@ def test_sampled_rows_are_timed_against_ancestral_sampling():
 
 def test_a_full_disk_keeps_the_previous_report(tmp_path):
   # The report used to be written in place: a full disk left invalid JSON.
-  from bpd_jax import errors
-  from test_atomic_files import disk_full_past
+  from bpd_jax.infra import errors
+  from test_infra_atomic_files import disk_full_past
   config, model, task = setup()
   config.eval.update(ks=(2,), num_examples=2)
   text.report(config, str(tmp_path), model, task, log=lambda _: None)

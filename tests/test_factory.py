@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bpd_jax import checkpoints as checkpoints_lib
+from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.models import factory
 
 from train_configs import tiny_config

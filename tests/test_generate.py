@@ -18,8 +18,8 @@ import pytest
 from flax import nnx
 
 from bpd_jax import generate
-from bpd_jax import sharding
 from bpd_jax.bench import near_ties
+from bpd_jax.infra import sharding
 from bpd_jax.decoding import (DecodeOptions, Distance, Refinement, Sampler,
                               TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig

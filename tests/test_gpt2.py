@@ -13,8 +13,8 @@ import pytest
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
-from bpd_jax import errors
 from bpd_jax import generate
+from bpd_jax.infra import errors
 from bpd_jax.models import gpt2
 from bpd_jax.tasks.text import gpt2_ids
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax import errors
-from bpd_jax import train
 from bpd_jax.evaluation import lm
+from bpd_jax.infra import errors
 from bpd_jax.tasks.lm import python_source
 from bpd_jax.tasks.text import gpt2_ids
+from bpd_jax.training import train
 
 from train_configs import load_config
 

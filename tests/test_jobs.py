@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import pytest
 from absl import app
 
-from bpd_jax import checkpoints
-from bpd_jax import errors
 from bpd_jax import jobs
-from bpd_jax import workdir
+from bpd_jax.infra import checkpoints
+from bpd_jax.infra import errors
+from bpd_jax.infra import workdir
 from bpd_jax.tasks.lm import python_source
 
 from test_main import ROOT
@@ -89,7 +89,7 @@ def user_error_cases(tmp_path):
   """(name, command, stderr pattern, exit status), each fault injected.
 
   One subprocess per kind of error (each costs seconds of imports); the
-  variants of a kind are tested in-process (test_workdir.py, the task and
+  variants of a kind are tested in-process (test_infra_workdir.py, the task and
   config tests, `test_override_errors_name_the_section_and_close_names`).
   """
   demo = '--config=configs/demo.py'

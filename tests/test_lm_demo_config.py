@@ -6,9 +6,9 @@ import pytest
 
 from bpd_jax import config_checks
 from bpd_jax import distill
-from bpd_jax import train
 from bpd_jax.evaluation import lm
 from bpd_jax.tasks.lm import python_source
+from bpd_jax.training import train
 
 from train_configs import load_config
 
@@ -82,7 +82,7 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
 def test_a_corpus_of_another_vocabulary_is_refused(tmp_path):
   # Two vocabularies of one size whose ids mean other words: the size alone
   # let a corpus train a model on the wrong text.
-  from bpd_jax import errors
+  from bpd_jax.infra import errors
   from bpd_jax.tasks import batching
   from bpd_jax.tasks.lm import task as task_lib
   from bpd_jax.tasks.text import vocab as vocab_lib

@@ -13,8 +13,8 @@ from flax import nnx
 
 from bpd_jax import decoding
 from bpd_jax import generate
-from bpd_jax import sharding
 from bpd_jax.decoding import sampling
+from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
 
 VOCAB, MAX_LEN, SAMPLES = 8, 3, 20_000

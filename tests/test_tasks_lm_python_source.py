@@ -5,8 +5,8 @@ import os
 import ml_collections
 import pytest
 
-from bpd_jax import errors
 from bpd_jax import tasks
+from bpd_jax.infra import errors
 from bpd_jax.tasks.lm import python_source
 
 CODE = '''import os

@@ -4,8 +4,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bpd_jax import errors
 from bpd_jax import tasks
+from bpd_jax.infra import errors
 from bpd_jax.tasks.lm import tfds_lm
 from bpd_jax.tasks.text import vocab as vocab_lib
 

@@ -57,7 +57,7 @@ def test_check_runs_the_task_own_checks():
 def test_eval_split_is_checked_once_the_task_is_loaded():
   # A text task's split names come with its data (task.splits or the
   # dataset): eval.split='dev' used to stop the job after training.
-  from bpd_jax import errors
+  from bpd_jax.infra import errors
   from train_configs import tiny_config
   config = tiny_config()
   task = tasks.load_task(config.task, '/nonexistent')

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.text import gpt2_ids
 from bpd_jax.tasks.text import gpt2_vocab

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bpd_jax import sharding
 from bpd_jax import tasks
+from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.text import tfds_translation
 from bpd_jax.tasks.text import vocab as vocab_lib

@@ -12,8 +12,8 @@ import os
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax import train
 from bpd_jax.evaluation import lm
+from bpd_jax.training import train
 
 from train_configs import load_config
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bpd_jax import ops
+from bpd_jax.infra import ops
 from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
 
 @nnx.jit

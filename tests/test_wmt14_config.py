@@ -17,8 +17,8 @@ import pytest
 from bpd_jax import config_checks
 from bpd_jax import distill
 from bpd_jax import jobs
-from bpd_jax import train
 from bpd_jax.evaluation import text
+from bpd_jax.training import train
 
 from train_configs import load_config
 import xla_flags

@@ -39,9 +39,9 @@ import numpy as np
 import tabulate
 from flax import nnx
 
-from bpd_jax import atomic_files
-from bpd_jax import errors
 from bpd_jax import generate
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
 from bpd_jax.models import Transformer, TransformerConfig
 
 OURS = 'bpd_jax greedy'

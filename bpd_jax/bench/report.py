@@ -7,8 +7,8 @@ matplotlib.use('Agg')  # Files only: no display on servers and in CI.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tabulate
 
-from bpd_jax import atomic_files
 from bpd_jax.bench import runner
+from bpd_jax.infra import atomic_files
 
 # Columns of the Markdown table (bench.json keeps them all).
 TABLE_COLUMNS = (

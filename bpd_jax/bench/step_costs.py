@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import ops
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.infra import ops
 from bpd_jax.models import heads as heads_lib
 
 @functools.partial(jax.jit, static_argnames=('k', 'positions'))

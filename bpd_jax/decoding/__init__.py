@@ -12,8 +12,8 @@ blockwise sampling that keeps the base model's distribution.
 refinement, sampler) and holds the checks of those options.
 """
 
-from bpd_jax.decoding.blockwise import blockwise_decode
 from bpd_jax.decoding import sampling
+from bpd_jax.decoding.blockwise import blockwise_decode
 from bpd_jax.decoding.criteria import (Criterion, Distance, Exact, TopK,
                                       Typical, from_spec)
 from bpd_jax.decoding.greedy import greedy_decode

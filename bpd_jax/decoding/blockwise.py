@@ -28,12 +28,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import ops
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
+from bpd_jax.infra import ops
 
 
 @jax.tree_util.register_dataclass

@@ -16,8 +16,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from bpd_jax import numeric
-from bpd_jax import ops
+from bpd_jax.infra import numeric
+from bpd_jax.infra import ops
 
 
 class Criterion(abc.ABC):

@@ -16,12 +16,12 @@ position per call, as greedy decoding, through the blockwise loop).
 
 import dataclasses
 
-from bpd_jax import numeric
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import sampling as sampling_lib
 from bpd_jax.decoding import tree as tree_lib
+from bpd_jax.infra import numeric
 
 
 @dataclasses.dataclass(frozen=True)

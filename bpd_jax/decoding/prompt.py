@@ -4,8 +4,8 @@ the heads' drafts."""
 import jax
 import jax.numpy as jnp
 
-from bpd_jax import ops
 from bpd_jax.decoding.types import Cache, DecodingFns
+from bpd_jax.infra import ops
 
 
 def required_positions(prompt_length: int, max_len: int, k: int = 1) -> int:

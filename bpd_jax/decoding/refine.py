@@ -24,8 +24,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from bpd_jax import numeric
 from bpd_jax.decoding import lattice
+from bpd_jax.infra import numeric
 
 RESCORERS = ('none', 'ngram', 'neural')
 # A spec's options: key -> (field, type).

@@ -62,12 +62,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bpd_jax import numeric
-from bpd_jax import ops
 from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
+from bpd_jax.infra import numeric
+from bpd_jax.infra import ops
 
 
 @jax.tree_util.register_dataclass

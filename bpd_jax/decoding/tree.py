@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import numeric
-from bpd_jax import ops
 from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.infra import numeric
+from bpd_jax.infra import ops
 
 
 @dataclasses.dataclass(frozen=True)

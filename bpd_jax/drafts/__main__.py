@@ -31,7 +31,6 @@ import jax
 import numpy as np
 import tabulate
 
-from bpd_jax import atomic_files
 from bpd_jax import generate
 from bpd_jax import jobs
 from bpd_jax import predictions
@@ -41,6 +40,7 @@ from bpd_jax.drafts import checks
 from bpd_jax.drafts import compare
 from bpd_jax.drafts import lm as lm_lib
 from bpd_jax.drafts import plots
+from bpd_jax.infra import atomic_files
 from bpd_jax.models import factory
 from bpd_jax.rescorers import ngram
 from bpd_jax.tasks import batching

@@ -6,7 +6,7 @@ line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
 """
 
 from bpd_jax import decoding
-from bpd_jax import numeric
+from bpd_jax.infra import numeric
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.tasks.checks import at_least
 

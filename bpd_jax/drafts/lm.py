@@ -19,10 +19,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from bpd_jax import atomic_files
-from bpd_jax import checkpoints as checkpoints_lib
-from bpd_jax import optim
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.models.transformer import Transformer, TransformerConfig
+from bpd_jax.training import optim
 
 ARCHITECTURE = 'architecture.json'  # Beside the checkpoints: what `make` needs.
 

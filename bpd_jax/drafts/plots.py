@@ -5,7 +5,7 @@ import matplotlib
 matplotlib.use('Agg')  # Files only; no display on a server.
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
-from bpd_jax import atomic_files  # pylint: disable=wrong-import-position
+from bpd_jax.infra import atomic_files  # pylint: disable=wrong-import-position
 
 
 def write(report: dict, path: str):

@@ -29,13 +29,13 @@ import tabulate
 from PIL import Image
 from skimage import metrics
 
-from bpd_jax import atomic_files
 from bpd_jax import generate
-from bpd_jax import sharding
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
 from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import tokens as images_lib
 

@@ -2,7 +2,7 @@
 
 import tabulate
 
-from bpd_jax import atomic_files
+from bpd_jax.infra import atomic_files
 
 
 def save_json(path: str, result: dict, config) -> None:

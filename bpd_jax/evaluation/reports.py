@@ -7,13 +7,13 @@ a restored run (evaluate job) and, shortened, every eval.every training
 steps (`periodic`, the callback `train.train` is given).
 """
 
-from bpd_jax import sharding
 from bpd_jax import tasks
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import lm
 from bpd_jax.evaluation import placement
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import sharding
 
 
 def report(config, workdir: str, model, task, log=print) -> dict:

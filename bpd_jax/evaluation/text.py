@@ -27,12 +27,12 @@ import sacrebleu
 
 from bpd_jax import generate
 from bpd_jax import predictions
-from bpd_jax import sharding
 from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
 from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bpd_jax import ops
+from bpd_jax.infra import ops
 
 
 @jax.tree_util.register_dataclass

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bpd_jax import checkpoints as checkpoints_lib
-from bpd_jax import errors
+from bpd_jax.infra import checkpoints as checkpoints_lib
+from bpd_jax.infra import errors
 from bpd_jax.models import gpt2
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.transformer import Transformer, TransformerConfig

@@ -49,7 +49,7 @@ import safetensors
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 from bpd_jax.models.transformer import Transformer, TransformerConfig
 from bpd_jax.tasks.text import gpt2_ids
 

@@ -19,7 +19,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from bpd_jax import numeric
+from bpd_jax.infra import numeric
 
 POSITIONS = ('sinusoidal', 'learned', 'image')
 # ml_collections `model` fields (configs/sr_demo.py, celeba_sr.py) -> the

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bpd_jax import numeric
-from bpd_jax import ops
+from bpd_jax.infra import numeric
+from bpd_jax.infra import ops
 from bpd_jax.models import attention
 from bpd_jax.models import draft_layer as draft_layer_lib
 from bpd_jax.models import heads as heads_lib

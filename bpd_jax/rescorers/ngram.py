@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import atomic_files
+from bpd_jax.infra import atomic_files
 
 
 @jax.tree_util.register_dataclass

@@ -30,7 +30,7 @@ A vocabulary is trained only by the training job; the evaluate and distill
 jobs find it in the workdir (or task.vocab_path) or stop with an error.
 """
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 from bpd_jax.tasks.checks import at_least, eval_split
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from bpd_jax import atomic_files
+from bpd_jax.infra import atomic_files
 from bpd_jax.tasks import token_ids
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), eos-ended.

@@ -2,12 +2,12 @@
 
 Integers are checked by `at_least`, other numbers by `number_in`: both
 refuse bools, and `number_in` refuses NaN and the infinities (see
-`bpd_jax/numeric.py`).
+`bpd_jax/infra/numeric.py`).
 """
 
 import math
 
-from bpd_jax import numeric
+from bpd_jax.infra import numeric
 
 
 def at_least(section, name: str, **minimums) -> None:

@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from bpd_jax import numeric
+from bpd_jax.infra import numeric
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.images import task as task_lib
 from bpd_jax.tasks.images import tokens as images_lib

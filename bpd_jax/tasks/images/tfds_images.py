@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 from absl import logging
 
-from bpd_jax import atomic_files
+from bpd_jax.infra import atomic_files
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders

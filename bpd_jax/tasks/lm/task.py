@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from bpd_jax import atomic_files
-from bpd_jax import errors
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import token_ids

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import tokenizers
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 from bpd_jax.tasks.text import gpt2_ids
 from bpd_jax.tasks.text import vocab as vocab_lib
 

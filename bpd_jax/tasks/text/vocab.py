@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 import sentencepiece as spm
 from absl import logging
 
-from bpd_jax import atomic_files
+from bpd_jax.infra import atomic_files
 from bpd_jax.tasks.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_TYPES = ('sentencepiece', 'words')

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from bpd_jax import sharding
+from bpd_jax.infra import sharding
 
 
 def test_make_mesh_fills_minus_one_and_takes_subsets():

@@ -32,8 +32,8 @@ import json
 import os
 import socket
 
-from bpd_jax import atomic_files
-from bpd_jax import errors
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
 
 LOCK_FILE = 'job.lock'
 CONFIG_FILE = 'config.json'

@@ -15,11 +15,11 @@ import pytest
 from flax import nnx
 
 from bpd_jax import evaluation
-from bpd_jax import losses
-from bpd_jax import train
-from bpd_jax.models import Transformer
 from bpd_jax.models import factory
+from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
+from bpd_jax.training import losses
+from bpd_jax.training import train
 
 from train_configs import ROOT
 from train_configs import tiny_config

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bpd_jax import config_options
+from bpd_jax.infra import config_options
 
 
 def test_types_follow_defaults():

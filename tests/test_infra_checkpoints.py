@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpd_jax import checkpoints
-from bpd_jax import errors
+from bpd_jax.infra import checkpoints
+from bpd_jax.infra import errors
 
 
 def state(value):

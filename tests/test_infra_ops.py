@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import ops
+from bpd_jax.infra import ops
 
 
 def test_write_at_each_examples_offset():

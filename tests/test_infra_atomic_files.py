@@ -8,8 +8,8 @@ import resource
 import numpy as np
 import pytest
 
-from bpd_jax import atomic_files
-from bpd_jax import errors
+from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
 
 
 @contextlib.contextmanager

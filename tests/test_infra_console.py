@@ -6,7 +6,7 @@ import select
 import subprocess
 import sys
 
-from bpd_jax import console
+from bpd_jax.infra import console
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,7 +16,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _JOB = """
 import sys
 from absl import app, logging
-from bpd_jax import console
+from bpd_jax.infra import console
 
 def main(argv):
   console.setup()

@@ -22,7 +22,7 @@ import os
 import secrets
 from typing import Iterator, Sequence
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 
 # Marks a file being written: '.NAME.<random>.partial.EXT' beside NAME.EXT.
 PARTIAL = '.partial'

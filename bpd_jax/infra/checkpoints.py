@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bpd_jax import errors
+from bpd_jax.infra import errors
 
 _STATE, _CHECKSUMS = 'state', 'checksums'
 

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from bpd_jax import optim
+from bpd_jax.training import optim
 
 
 def test_rsqrt_schedule():

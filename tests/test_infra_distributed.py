@@ -14,7 +14,7 @@ import sys
 import jax
 import pytest
 
-from bpd_jax import distributed
+from bpd_jax.infra import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--config=configs/demo.py:quick', '--config.task.sizes.train=400',

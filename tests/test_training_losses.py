@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bpd_jax import losses
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.training import losses
 
 
 def test_shift_right_and_shifted_targets():

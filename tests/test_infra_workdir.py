@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from bpd_jax import errors
-from bpd_jax import workdir
+from bpd_jax.infra import errors
+from bpd_jax.infra import workdir
 
 import train_configs
 
@@ -18,7 +18,7 @@ ROOT = train_configs.ROOT
 # A job holding the lock in another process until it is killed.
 HOLDER = """
 import sys, time
-from bpd_jax import workdir
+from bpd_jax.infra import workdir
 workdir.Lock.acquire(sys.argv[1], 'holder_job')
 print('locked', flush=True)
 time.sleep(120)

@@ -35,16 +35,16 @@ import optax
 from absl import logging
 from flax import nnx
 
-from bpd_jax import checkpoints as checkpoints_lib
-from bpd_jax import errors
-from bpd_jax import losses
-from bpd_jax import optim
-from bpd_jax import sharding
 from bpd_jax import tasks
-from bpd_jax import workdir as workdir_lib
-from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.infra import checkpoints as checkpoints_lib
+from bpd_jax.infra import errors
+from bpd_jax.infra import sharding
+from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import factory
+from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.tasks import batching
+from bpd_jax.training import losses
+from bpd_jax.training import optim
 
 HEADS = nnx.PathContains('heads')
 
