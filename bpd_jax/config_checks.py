@@ -40,6 +40,7 @@ def check(config) -> None:
   _check_rates(train)
   optim.schedule(train, train.base_steps)  # A known schedule name.
   _check_base_learning_rate_scale(train)
+  _check_phases(train, model)
   _check_head_positions(train, model)
   _check_head_targets(train, model)
   criteria = ev.get('criteria')
@@ -58,6 +59,26 @@ def _check_seed(config) -> None:
   seed = config.get('seed')
   if not numeric.is_integer(seed) or not 0 <= seed < 2**63:
     raise ValueError(f'seed={seed!r} must be an integer in [0, 2**63).')
+
+
+def _check_phases(train, model) -> None:
+  """train.base_steps and head_steps (each >= 0, `at_least`): a plan
+  `training.phases.plan_phases` can run."""
+  base, heads = train.base_steps, train.head_steps
+  if base + heads == 0:
+    raise ValueError(f'train.base_steps={base} and train.head_steps={heads} '
+                     f'must be >= 0 with a positive sum.')
+  if not heads:
+    return
+  k = model.num_proposal_heads
+  if k < 2:
+    raise ValueError(f'train.head_steps={heads} needs proposal heads: '
+                     f'model.num_proposal_heads={k} must be >= 2.')
+  if not base and not train.init_from and train.freeze_base:
+    raise ValueError('heads on a frozen base need a trained base: set '
+                     'train.init_from to its workdir, or train.base_steps > '
+                     '0, or train.freeze_base=False to train the base with '
+                     'its heads from the start.')
 
 
 def _check_rates(train) -> None:
@@ -84,9 +105,9 @@ def _check_base_learning_rate_scale(train) -> None:
 
 
 def _check_ks(ev) -> None:
-  """eval.ks: distinct block sizes >= 1. Greedy decoding (k = 0) is
-  always reported (its row is every other's reference), so a 0 would add
-  a second greedy row; a bool would be read as k = 0 or 1."""
+  """eval.ks: distinct block sizes >= 1. Greedy decoding (k = 1) is
+  always reported (its row is every other's reference), so a 1 adds no
+  row; a bool would be read as k = 0 or 1."""
   ks = tuple(ev.ks)
   if not all(numeric.is_integer(k) and k >= 1 for k in ks) or len(
       set(ks)) != len(ks):
@@ -117,22 +138,22 @@ def _check_decoders(ev, model) -> None:
   # here every other limit of each decoder's options.
   unknown_vocabulary = 2**31
   for spec in ev.criteria:
-    for k in (0, *ev.ks):
+    for k in (1, *ev.ks):  # Greedy decoding, then the blockwise rows.
       try:
         decoding.DecodeOptions.from_specs(
             max_len=ev.max_len, k=k, criterion=spec,
-            min_block=ev.min_block if k else 1).check(
+            min_block=ev.min_block if k > 1 else 1).check(
                 model.num_proposal_heads, unknown_vocabulary,
                 heads_lib.dependent(model.head_layer))
       except ValueError as error:
         raise ValueError(f'eval (ks={tuple(ev.ks)}, min_block='
                          f'{ev.min_block}, criteria={tuple(ev.criteria)}): '
                          f'{error}') from error
-  largest = decoding.DecodeOptions(max_len=ev.max_len, k=max(ev.ks, default=0))
+  largest = decoding.DecodeOptions(max_len=ev.max_len, k=max(ev.ks, default=1))
   needed = largest.required_positions(1)
   if needed > model.max_target_len:
     raise ValueError(f'eval.max_len={ev.max_len} with k up to '
-                     f'{largest.block} needs {needed} decoder positions; '
+                     f'{largest.k} needs {needed} decoder positions; '
                      f'model.max_target_len={model.max_target_len}.')
 
 

@@ -236,3 +236,38 @@ def test_a_base_learning_rate_scale_needs_a_fine_tuned_base():
   with pytest.raises(ValueError, match='base_learning_rate_scale=0.4 applies '
                      'only when the heads phase fine-tunes the base'):
     config_checks.check(config)
+
+
+@pytest.mark.parametrize('fields,message', [
+    (dict(train=dict(base_steps=0, head_steps=0)),
+     'train.base_steps=0 and train.head_steps=0 must be >= 0 with a '
+     'positive sum'),
+    (dict(train=dict(base_steps=-1)), 'train.base_steps=-1 must be an '
+     'integer >= 0'),
+    (dict(train=dict(base_steps=0, head_steps=5, freeze_base=True)),
+     'heads on a frozen base need a trained base: set train.init_from'),
+    (dict(model=dict(num_proposal_heads=1), eval=dict(ks=(1,))),
+     'train.head_steps=.* needs proposal heads: '
+     'model.num_proposal_heads=1 must be >= 2'),
+])
+def test_a_phase_plan_that_cannot_run_is_named(fields, message):
+  config = demo_config()
+  for section, values in fields.items():
+    config[section].update(values)
+  with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+
+
+def test_phase_plans_that_run_pass():
+  config = demo_config()
+  # A base alone (k = 1), no heads phase.
+  config.model.num_proposal_heads = 1
+  config.eval.ks = (1,)
+  config.train.update(base_steps=10, head_steps=0)
+  config_checks.check(config)
+  # Heads on a frozen base: one trained here, or another run's.
+  config = demo_config()
+  config.train.update(freeze_base=True, base_steps=10)
+  config_checks.check(config)
+  config.train.update(base_steps=0, init_from='/runs/base')
+  config_checks.check(config)

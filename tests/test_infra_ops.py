@@ -38,5 +38,9 @@ def test_argmax_equals_jnp_argmax_first_on_ties():
   assert ops.argmax(jnp.zeros(5)).dtype == jnp.int32
 
 
-def test_argmax_stays_in_range_with_nan():
-  assert 0 <= int(ops.argmax(jnp.array([1.0, jnp.nan, 2.0]))) < 3
+def test_argmax_of_a_row_holding_nan_is_its_last_index():
+  assert int(ops.argmax(jnp.array([1.0, jnp.nan, 2.0]))) == 2
+  # Not the NaN's index (jnp.argmax's), nor the largest finite value's.
+  assert int(ops.argmax(jnp.array([5.0, jnp.nan, 1.0, 0.0]))) == 3
+  np.testing.assert_array_equal(
+      ops.argmax(jnp.array([[jnp.nan, 0.0], [0.0, 1.0]])), [1, 1])

@@ -19,6 +19,7 @@ from bpd_jax.models import factory
 from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
 from bpd_jax.training import losses
+from bpd_jax.training import optim
 from bpd_jax.training import train
 
 from train_configs import ROOT
@@ -261,7 +262,7 @@ def test_the_last_update_is_checked_before_its_save(tmp_path, monkeypatch):
   # An update that overflows: step 1's loss and gradients (computed before
   # the update) are finite, the parameters it leaves are not. The run used
   # to save that step and exit 0 (train.learning_rate=inf did this).
-  monkeypatch.setattr(train.optim, 'make_optimizer', lambda *_, **__: (
+  monkeypatch.setattr(optim, 'make_optimizer', lambda *_, **__: (
       optax.chain(optax.sgd(1.0), optax.scale(jnp.inf))))
   config = tiny_config(train=dict(base_steps=1, head_steps=0))
   with pytest.raises(train.Diverged, match=r'NaN or infinite after step 1; '
@@ -321,67 +322,8 @@ def test_periodic_evaluation(tmp_path):
   assert (tmp_path / 'tb').is_dir()
 
 
-@pytest.mark.parametrize('fields,message', [
-    (dict(base_steps=0, head_steps=0), 'must be >= 0 with a positive sum'),
-    (dict(base_steps=0, head_steps=5, freeze_base=True),
-     'heads on a frozen base need a trained base'),
-])
-def test_bad_phase_plans(tmp_path, fields, message):
-  with pytest.raises(ValueError, match=message):
-    train.train(tiny_config(train=fields), str(tmp_path), log=quiet)
-
-
-def test_phase_plans():
-  config = tiny_config()
-  model_config = factory.model_config_from(config, vocab_size=50)
-  plan = lambda **fields: [
-      (p.name, p.start, p.end, p.heads_only, p.first_head, p.num_heads)
-      for p in train.plan_phases(tiny_config(train=fields).train,
-                                 model_config)]
-  assert plan(base_steps=12, head_steps=8, freeze_base=True) == [
-      ('base', 0, 12, False, 0, 1), ('heads', 12, 20, True, 1, 2)]
-  assert plan(base_steps=12, head_steps=8, freeze_base=False) == [
-      ('base', 0, 12, False, 0, 1), ('heads', 12, 20, False, 0, 3)]
-  # No base phase, nothing frozen: the base trains with its heads from the
-  # start, no trained base needed.
-  assert plan(base_steps=0, head_steps=8, freeze_base=False) == [
-      ('heads', 0, 8, False, 0, 3)]
-  assert plan(base_steps=12, head_steps=0) == [('base', 0, 12, False, 0, 1)]
-
-
-def test_heads_need_heads(tmp_path):
-  config = tiny_config(model=dict(num_proposal_heads=1))
-  with pytest.raises(ValueError, match='num_proposal_heads=1 must be >= 2'):
-    train.train(config, str(tmp_path), log=quiet)
-
-
 def test_warm_start_from_a_missing_run(tmp_path):
   config = tiny_config(train=dict(base_steps=0, head_steps=2,
                                   init_from=str(tmp_path / 'none')))
   with pytest.raises(FileNotFoundError, match='no checkpoint in'):
     train.train(config, str(tmp_path / 'run'), log=quiet)
-
-
-@pytest.mark.parametrize('freeze_base', [False, True])
-def test_a_fine_tuned_base_moves_at_its_scaled_rate(freeze_base):
-  config = tiny_config(train=dict(base_steps=6, head_steps=4,
-                                  freeze_base=freeze_base, clip_norm=0.0,
-                                  base_learning_rate_scale=0.25))
-  model = Transformer(factory.model_config_from(config, 64),
-                      rngs=nnx.Rngs(0))
-  _, heads_phase = train.plan_phases(config.train, model.config)
-  params = nnx.state(model, nnx.Param)
-  trainable = (nnx.split_state(params, train.HEADS, ...)[0] if freeze_base
-               else params)
-  tx = train._optimizer(config.train, heads_phase)
-  grads = jax.tree.map(jnp.ones_like, trainable)
-  updates, _ = tx.update(grads, tx.init(trainable), trainable)
-  # Adam's first step is -lr(0) * sign(g): the base at a quarter of it
-  # when fine-tuned; a frozen base is not trained at all.
-  lr = config.train.learning_rate / config.train.warmup_steps
-  moved = flat(updates, heads=False)
-  assert bool(moved) != freeze_base
-  for name, value in moved.items():
-    np.testing.assert_allclose(value, -0.25 * lr, rtol=1e-5, err_msg=name)
-  for name, value in flat(updates, heads=True).items():
-    np.testing.assert_allclose(value, -lr, rtol=1e-5, err_msg=name)

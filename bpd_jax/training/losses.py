@@ -8,12 +8,13 @@ which needs the vocabulary projection (the largest activation) of one head.
 """
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bpd_jax.tasks import token_ids
+from bpd_jax.infra import token_ids
 
 # What the heads after head 1 learn (`heads_loss`'s head_targets).
 HEAD_TARGETS = ('data', 'base')
@@ -108,8 +109,10 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       with `head_key`); head 1, when trained, keeps every position. Their
       layers and vocabulary projections are most of a fine-tuning step's
       cost, and a row's neighbouring positions teach them much the same:
-      at 1/4 of the positions a step costs ~0.6x as much. Not with
-      `random_head`, nor with the draft layer (it reads every position).
+      a sample of them costs a step that much less. Not with
+      `random_head`, nor with the draft layer (it reads every position):
+      config_checks refuses both, and this function takes a checked
+      combination.
     head_targets: what the heads after head 1 learn (one of HEAD_TARGETS):
       'data', the true tokens (label-smoothed); or 'base', the base
       model's own next-token distribution at the position they predict
@@ -134,13 +137,51 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     [num_proposal_heads]: loss_sum, correct, tokens (zero for heads that were
     not trained this step).
   """
+  inputs = _decoder_pass(model, batch, first, count, dropout_key,
+                         input_dropout, head_targets)
+  weights = head_weights(first, count, head1_weight)
+  own_drafts = draft_inputs == 'own'
+  if position_fraction < 1 and count > int(first == 0):
+    sums = _sampled_position_sums(model, inputs, first, count, own_drafts,
+                                  head_key, position_fraction,
+                                  label_smoothing)
+    heads, feature_loss = first + jnp.arange(count), 0.0
+  else:
+    sums, heads, weights, feature_loss = _every_position_sums(
+        model, inputs, first, count, own_drafts, random_head, head_key,
+        weights, label_smoothing)
+  loss_sum, correct, tokens = sums
+  per_head_loss = loss_sum / jnp.maximum(tokens, 1.0)
+  num_heads = model.config.num_proposal_heads
+  scatter = lambda values: jnp.zeros(num_heads).at[heads].add(values)
+  metrics = dict(loss_sum=scatter(loss_sum), correct=scatter(correct),
+                 tokens=scatter(tokens))
+  return (per_head_loss * weights).sum() + feature_loss, metrics
+
+
+class _Pass(NamedTuple):
+  """A training pass's decoder outputs and what the heads learn from them
+  (`_decoder_pass`)."""
+  target: jax.Array  # [batch, T] labels (pad_id where nothing is learned).
+  outputs: object  # The model's DecoderOutputs; hidden [batch, T, d_model].
+  next_tokens: jax.Array  # [batch, T, max(first + count - 1, 1)].
+  labels: jax.Array  # [batch, T, count] of heads first .. first+count-1.
+  soft: jax.Array | None  # [batch, T, count, vocab] `base_targets`, or None.
+
+
+def _decoder_pass(model, batch: dict, first: int, count: int,
+                  dropout_key: jax.Array | None, input_dropout: float,
+                  head_targets: str) -> _Pass:
+  """The decoder's pass over a batch (with dropout and input dropout when
+  `dropout_key` is given), the heads' labels and, for head_targets='base',
+  the base's distributions from a pass without dropout (see
+  `heads_loss`)."""
   source, target = batch['source'], batch['target']
   tokens = target  # The decoder's tokens; `target` keeps the labels.
   if not model.config.is_encoder_decoder:
     tokens, target = decoder_only_sequence(source, target,
                                            model.config.pad_id)
     source = None
-  draft_layer = model.config.head_layer == 'autoregressive'
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
   decoder_input = shift_right(tokens, model.config.bos_id)
   if input_dropout and dropout_key is not None:
@@ -150,69 +191,73 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     decoder_input = jnp.where(hidden_token, model.config.pad_id,
                               decoder_input)
   outputs = model.run(source, decoder_input, dropout_rngs=rngs)
-  hidden = outputs.hidden
   # Sequential heads read the true tokens before theirs (teacher forcing);
   # the other head layers ignore them (and XLA drops the unused slices).
   next_tokens = shifted_targets(tokens, 0, max(first + count - 1, 1),
                                 model.config.pad_id)
   labels = shifted_targets(target, first, count, model.config.pad_id)
-  own_drafts = draft_inputs == 'own'
-  soft = None  # [batch, T, count, vocab] the base's distributions, or None.
+  soft = None
   if head_targets == 'base':
-    clean = (hidden if rngs is None else model.run(
+    clean = (outputs.hidden if rngs is None else model.run(
         source, shift_right(tokens, model.config.bos_id)).hidden)
     base_logits = model.head_logits(clean, 0, 1, next_tokens)[:, :, 0]
     soft = base_targets(jax.lax.stop_gradient(base_logits), first, count)
-  weights = head_weights(first, count, head1_weight)
+  return _Pass(target, outputs, next_tokens, labels, soft)
+
+
+def _every_position_sums(model, inputs: _Pass, first: int, count: int,
+                         own_drafts: bool, random_head: bool,
+                         head_key: jax.Array, weights: jax.Array,
+                         label_smoothing: float):
+  """The heads on every position: (`_head_sums`, heads [n] and weights [n]
+  of the sums' n heads, the draft layer's feature loss or 0.0). With
+  `random_head` only one head, drawn with `weights`, is summed."""
+  states = model.head_states(inputs.outputs, first, count,
+                             inputs.next_tokens, own_drafts)
+  # states: [batch, T, count, d_model]
+  draft_layer = model.config.head_layer == 'autoregressive'
+  feature_loss = (draft_feature_loss(states, first, inputs.outputs.hidden,
+                                     inputs.target, model.config.pad_id)
+                  if draft_layer and first + count > 1 else 0.0)
+  labels, soft = inputs.labels, inputs.soft
   heads = first + jnp.arange(count)
-  if position_fraction < 1 and count > int(first == 0):
-    if random_head or draft_layer:
-      raise ValueError('position_fraction < 1 samples positions for every '
-                       'head after head 1: not with random_head, nor with '
-                       'the autoregressive draft layer.')
-    # Head 1 (when trained) on every position, the later heads on a sample.
-    whole = int(first == 0)
-    rows = sampled_positions(head_key, target, position_fraction,
-                             model.config.pad_id)[..., None]  # [batch, n, 1]
-    take = lambda x: jnp.take_along_axis(
-        x, rows.reshape(rows.shape + (1,) * (x.ndim - 3)), axis=1)
-    groups = [(model.head_states(take(hidden), first + whole, count - whole,
-                                 take(next_tokens), own_drafts),
-               take(labels[..., whole:]),
-               None if soft is None else take(soft[:, :, whole:]))]
-    if whole:
-      groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
-                        labels[..., :1],
-                        None if soft is None else soft[:, :, :1]))
-    sums = [jnp.concatenate(parts) for parts in zip(*(
-        _head_sums(model, *group, label_smoothing=label_smoothing)
-        for group in groups))]
-    feature_loss = 0.0
-  else:
-    states = model.head_states(outputs, first, count, next_tokens,
-                               own_drafts)
-    # states: [batch, T, count, d_model]
-    feature_loss = (draft_feature_loss(states, first, hidden, target,
-                                       model.config.pad_id)
-                    if draft_layer and first + count > 1 else 0.0)
-    if random_head:
-      # Only the drawn head goes through the vocabulary projection.
-      drawn = jax.random.choice(head_key, count, p=weights)
-      states = jnp.take(states, drawn[None], axis=2)
-      labels = jnp.take(labels, drawn[None], axis=2)
-      if soft is not None:
-        soft = jnp.take(soft, drawn[None], axis=2)
-      heads = first + drawn[None]
-      weights = jnp.ones((1,))
-    sums = _head_sums(model, states, labels, soft,
-                      label_smoothing=label_smoothing)
-  loss_sum, correct, tokens = sums
-  per_head_loss = loss_sum / jnp.maximum(tokens, 1.0)
-  num_heads = model.config.num_proposal_heads
-  scatter = lambda values: jnp.zeros(num_heads).at[heads].add(values)
-  metrics = dict(loss_sum=scatter(loss_sum), correct=scatter(correct),
-                 tokens=scatter(tokens))
-  return (per_head_loss * weights).sum() + feature_loss, metrics
+  if random_head:
+    # Only the drawn head goes through the vocabulary projection.
+    drawn = jax.random.choice(head_key, count, p=weights)
+    states = jnp.take(states, drawn[None], axis=2)
+    labels = jnp.take(labels, drawn[None], axis=2)
+    if soft is not None:
+      soft = jnp.take(soft, drawn[None], axis=2)
+    heads = first + drawn[None]
+    weights = jnp.ones((1,))
+  sums = _head_sums(model, states, labels, soft,
+                    label_smoothing=label_smoothing)
+  return sums, heads, weights, feature_loss
+
+
+def _sampled_position_sums(model, inputs: _Pass, first: int, count: int,
+                           own_drafts: bool, head_key: jax.Array,
+                           fraction: float, label_smoothing: float):
+  """`_head_sums` of head 1 (when trained) on every position and of the
+  later heads on `sampled_positions` (`heads_loss`'s position_fraction)."""
+  hidden, next_tokens = inputs.outputs.hidden, inputs.next_tokens
+  labels, soft = inputs.labels, inputs.soft
+  whole = int(first == 0)
+  rows = sampled_positions(head_key, inputs.target, fraction,
+                           model.config.pad_id)[..., None]  # [batch, n, 1]
+  take = lambda x: jnp.take_along_axis(
+      x, rows.reshape(rows.shape + (1,) * (x.ndim - 3)), axis=1)
+  groups = [(model.head_states(take(hidden), first + whole, count - whole,
+                               take(next_tokens), own_drafts),
+             take(labels[..., whole:]),
+             None if soft is None else take(soft[:, :, whole:]))]
+  if whole:
+    groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
+                      labels[..., :1],
+                      None if soft is None else soft[:, :, :1]))
+  return [jnp.concatenate(parts) for parts in zip(*(
+      _head_sums(model, *group, label_smoothing=label_smoothing)
+      for group in groups))]
 
 
 def decoder_only_sequence(source: jax.Array, target: jax.Array,
