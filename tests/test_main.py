@@ -47,6 +47,11 @@ def test_train_resume_and_evaluate(tmp_path):
   evaluated = run('evaluate', *TINY, f'--workdir={tmp_path}')
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   assert 'blockwise k=3' in evaluated.stdout
+  # The distillation job checks its output directory before any decoding.
+  refused = run('distill', *TINY, f'--workdir={tmp_path}',
+                f'--output_dir={tmp_path}')
+  assert refused.returncode == 2, refused.stderr[-3000:]
+  assert 'which this job reads' in refused.stderr
 
 
 # Other config errors, and their one-line output: test_jobs.py.

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from bpd_jax import distill
 from bpd_jax import jobs
 from bpd_jax import tasks
 from bpd_jax.infra import errors
+from bpd_jax.training import distillation
 from bpd_jax.training import train
 
 import train_configs
@@ -25,7 +25,8 @@ def test_distilled_corpus_trains(tmp_path):
   train.train(config, str(tmp_path / 'base'), log=lambda _: None)
   out = tmp_path / 'distilled'
   model, task = jobs.load(config, str(tmp_path / 'base'))
-  counts = distill.distill(config, model, task, str(out), log=lambda _: None)
+  counts = distillation.distill(config, model, task, str(out),
+                                log=lambda _: None)
   sources = (out / 'train.src').read_text().splitlines()
   targets = (out / 'train.tgt').read_text().splitlines()
   assert len(sources) == len(targets) == counts['train'] > 0
@@ -47,14 +48,14 @@ def test_distilled_corpus_trains(tmp_path):
 
 def test_bad_batch_size(tmp_path):
   with pytest.raises(ValueError, match='--batch_size=0 must be >= 1'):
-    distill.distill(tiny_config(), None, None, str(tmp_path / 'out'),
+    distillation.distill(tiny_config(), None, None, str(tmp_path / 'out'),
                     batch_size=0)
 
 
 def test_image_tasks_are_refused_before_any_work(tmp_path):
   config = train_configs.load_config('sr_demo', 'quick')
   with pytest.raises(ValueError, match="'embedded_images' is an image task"):
-    distill.distill(config, None, None, str(tmp_path / 'out'))
+    distillation.distill(config, None, None, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
 
 
@@ -65,25 +66,27 @@ def test_the_output_dir_is_never_an_input_and_must_be_new_or_empty(tmp_path):
   for output, named in ((corpus, 'task.data_dir'), (workdir, '--workdir'),
                         (tmp_path / 'run' / '.', '--workdir')):
     with pytest.raises(errors.DataError) as error:
-      distill.check_output_dir(config, str(workdir), str(output),
-                               overwrite=True)
+      distillation.check_output_dir(config, str(workdir), str(output),
+                                    overwrite=True)
+    read = corpus if named[0] == 't' else workdir
     assert str(error.value) == (
-        f'--output_dir={output} is {named} ({corpus if named[0] == "t" else workdir}),'
+        f'--output_dir={output} is {named} ({read}),'
         f' which this job reads: distilling into it would overwrite its own '
         f'input. Give another directory.')
   out = tmp_path / 'out'
-  distill.check_output_dir(config, str(workdir), str(out), overwrite=False)
+  check = lambda directory, overwrite: distillation.check_output_dir(
+      config, str(workdir), str(directory), overwrite=overwrite)
+  check(out, overwrite=False)
   out.mkdir()
-  distill.check_output_dir(config, str(workdir), str(out), overwrite=False)
+  check(out, overwrite=False)
   (out / 'train.src').write_text('a\n')
   with pytest.raises(errors.WorkdirError,
                      match=r'already holds 1 file\(s\) \(train.src\): give a '
                      'new or empty directory, or --overwrite'):
-    distill.check_output_dir(config, str(workdir), str(out), overwrite=False)
-  distill.check_output_dir(config, str(workdir), str(out), overwrite=True)
+    check(out, overwrite=False)
+  check(out, overwrite=True)
   with pytest.raises(errors.WorkdirError, match='is a file'):
-    distill.check_output_dir(config, str(workdir), str(out / 'train.src'),
-                             overwrite=True)
+    check(out / 'train.src', overwrite=True)
 
 
 def test_a_model_that_ends_every_sentence_at_once_writes_no_corpus(tmp_path):
@@ -91,7 +94,7 @@ def test_a_model_that_ends_every_sentence_at_once_writes_no_corpus(tmp_path):
   model, task = jobs.load(config, str(tmp_path / 'run'), init='random')
   with pytest.raises(errors.DataError, match='all 400 translations are '
                      'empty .* no corpus was written'):
-    distill.distill(config, model, task, str(tmp_path / 'out'),
+    distillation.distill(config, model, task, str(tmp_path / 'out'),
                     log=lambda _: None)
   assert not (tmp_path / 'out').exists()
 
@@ -101,7 +104,7 @@ def test_a_corpus_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
   def write(target):
     corpus = {'train': [('a b', target)], 'validation': [('c', 'd')]}
-    distill._write_text_corpus(str(out), corpus, dict(source='run'))
+    distillation._write_text_corpus(str(out), corpus, dict(source='run'))
 
   write('x y')
   written = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -112,7 +115,7 @@ def test_a_corpus_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
   def full_disk(*args, **kwargs):
     raise OSError(errno.ENOSPC, 'No space left on device')
 
-  monkeypatch.setattr(distill.json, 'dump', full_disk)
+  monkeypatch.setattr(distillation.json, 'dump', full_disk)
   with pytest.raises(errors.WriteError) as error:
     write('new')
   assert str(error.value) == (
