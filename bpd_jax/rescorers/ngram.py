@@ -104,6 +104,14 @@ def build(sentences: Iterable[Sequence[int]], *, order: int, vocab_size: int,
   """
   if not isinstance(order, int) or order < 1:
     raise ValueError(f'n-gram order must be an integer >= 1, got {order!r}.')
+  counts = _count(sentences, order, vocab_size, bos_id, eos_id)
+  return _device_model(_KneserNey(counts, order, vocab_size, bos_id))
+
+
+def _count(sentences: Iterable[Sequence[int]], order: int, vocab_size: int,
+           bos_id: int, eos_id: int) -> list[collections.Counter]:
+  """Raw counts of every n-gram of length 1..order ([0] unused), each
+  sentence padded as `build` says."""
   counts = [collections.Counter() for _ in range(order + 1)]  # By length.
   sentences_seen = 0
   for sentence in sentences:
@@ -121,73 +129,97 @@ def build(sentences: Iterable[Sequence[int]], *, order: int, vocab_size: int,
     sentences_seen += 1
   if not sentences_seen:
     raise ValueError('the n-gram corpus is empty.')
+  return counts
 
-  # a(g) per length: raw at the top order and for n-grams opening with the
-  # padding; otherwise the number of distinct words seen before g.
-  adjusted = [None] * (order + 1)
-  adjusted[order] = counts[order]
-  for n in range(order - 1, 0, -1):
-    continuation = collections.Counter()
-    for gram in adjusted[n + 1]:
-      continuation[gram[1:]] += 1
-    adjusted[n] = collections.Counter({
-        gram: (counts[n][gram] if gram[0] == bos_id else c)
-        for gram, c in continuation.items()})
-  discounts = [None] + [_discount(adjusted[n]) for n in range(1, order + 1)]
 
-  # Per context (a tuple, oldest word first): a(h) and N1+(h .).
-  totals = [collections.Counter() for _ in range(order + 1)]
-  types = [collections.Counter() for _ in range(order + 1)]
-  for n in range(1, order + 1):
-    for gram, c in adjusted[n].items():
-      totals[n][gram[:-1]] += c
-      types[n][gram[:-1]] += 1
+class _KneserNey:
+  """The interpolated Kneser-Ney model of raw counts (the module
+  docstring's formulas), on the host, in float64.
 
-  def backoff(n, context):
-    return discounts[n] * types[n][context] / totals[n][context]
+  Attributes:
+    order: n.
+    adjusted: a(g) per length ([0] unused): raw at the top order and for
+      n-grams opening with the padding; otherwise the number of distinct
+      words seen before g.
+    totals: per length n, a(h) of each context h (a tuple, oldest word
+      first) of the n-grams of that length.
+    unigram: [vocab] P(word).
+  """
 
-  unigram = np.full(vocab_size, backoff(1, ()) / vocab_size)
-  for (word,), c in adjusted[1].items():
-    unigram[word] += max(c - discounts[1], 0.0) / totals[1][()]
+  def __init__(self, counts: list[collections.Counter], order: int,
+               vocab_size: int, bos_id: int):
+    self.order = order
+    adjusted = [None] * (order + 1)
+    adjusted[order] = counts[order]
+    for n in range(order - 1, 0, -1):
+      continuation = collections.Counter()
+      for gram in adjusted[n + 1]:
+        continuation[gram[1:]] += 1
+      adjusted[n] = collections.Counter({
+          gram: (counts[n][gram] if gram[0] == bos_id else c)
+          for gram, c in continuation.items()})
+    self.adjusted = adjusted
+    self._discounts = [None] + [_discount(adjusted[n])
+                                for n in range(1, order + 1)]
+    # Per context: a(h) and N1+(h .).
+    self.totals = [collections.Counter() for _ in range(order + 1)]
+    self._types = [collections.Counter() for _ in range(order + 1)]
+    for n in range(1, order + 1):
+      for gram, c in adjusted[n].items():
+        self.totals[n][gram[:-1]] += c
+        self._types[n][gram[:-1]] += 1
+    unigram = np.full(vocab_size, self.backoff(1, ()) / vocab_size)
+    for (word,), c in adjusted[1].items():
+      unigram[word] += max(c - self._discounts[1], 0.0) / self.totals[1][()]
+    self.unigram = unigram
 
-  def lookup(context, word):
-    """P(word | context) of the model being built (orders up to len + 1)."""
-    while context and context not in totals[len(context) + 1]:
+  def backoff(self, n: int, context: tuple) -> float:
+    """gamma(h) of a seen context h of the n-grams of length n."""
+    return (self._discounts[n] * self._types[n][context]
+            / self.totals[n][context])
+
+  def prob(self, context: tuple, word: int) -> float:
+    """P(word | context) (orders up to len(context) + 1)."""
+    while context and context not in self.totals[len(context) + 1]:
       context = context[1:]
     if not context:
-      return unigram[word]
+      return self.unigram[word]
     n = len(context) + 1
-    value = backoff(n, context) * lookup(context[1:], word)
-    c = adjusted[n].get(context + (word,), 0)
-    return value + max(c - discounts[n], 0.0) / totals[n][context]
+    value = self.backoff(n, context) * self.prob(context[1:], word)
+    c = self.adjusted[n].get(context + (word,), 0)
+    return value + max(c - self._discounts[n], 0.0) / self.totals[n][context]
 
+
+def _device_model(model: _KneserNey) -> NgramModel:
+  """The model as sorted device arrays: the context trie, the seen
+  n-grams' probabilities and the unigram table (see NgramModel)."""
   # Context nodes, order by order; each order's (parent, word) keys sorted,
   # and parents of longer contexts have larger ids: the concatenation is
   # sorted too.
   node = {(): 0}
   parents, words, log_backoffs = [], [], [0.0]
-  for length in range(1, order):
+  for length in range(1, model.order):
     keys = sorted((node[context[1:]], context[0], context)
-                  for context in totals[length + 1])
+                  for context in model.totals[length + 1])
     for parent, word, context in keys:
       node[context] = len(parents) + 1
       parents.append(parent)
       words.append(word)
-      log_backoffs.append(math.log(backoff(length + 1, context)))
+      log_backoffs.append(math.log(model.backoff(length + 1, context)))
   entries = sorted(
-      (node[gram[:-1]], gram[-1], gram) for n in range(2, order + 1)
-      for gram in adjusted[n])
+      (node[gram[:-1]], gram[-1], gram) for n in range(2, model.order + 1)
+      for gram in model.adjusted[n])
   return NgramModel(
-      order=order,
+      order=model.order,
       context_parent=jnp.asarray(np.array(parents, np.int32)),
       context_word=jnp.asarray(np.array(words, np.int32)),
       context_log_backoff=jnp.asarray(np.array(log_backoffs, np.float32)),
       entry_context=jnp.asarray(np.array([e[0] for e in entries], np.int32)),
       entry_word=jnp.asarray(np.array([e[1] for e in entries], np.int32)),
       entry_log_prob=jnp.asarray(np.log(np.array(
-          [lookup(g[:-1], g[-1]) for _, _, g in entries],
+          [model.prob(g[:-1], g[-1]) for _, _, g in entries],
           np.float64)).astype(np.float32)),
-      unigram_log_prob=jnp.asarray(np.log(unigram).astype(np.float32)))
+      unigram_log_prob=jnp.asarray(np.log(model.unigram).astype(np.float32)))
 
 
 def _discount(adjusted: collections.Counter) -> float:
