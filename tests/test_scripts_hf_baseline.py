@@ -1,18 +1,34 @@
-"""The HF baseline's torch-free parts, and its HF side where torch exists.
+"""scripts/hf_baseline.py: its torch-free parts, and its HF side where
+torch exists.
 
 CI installs no torch: the mapping to Marian's fields, the eos suppression
 and the ratios and table are tested without it; the tests that build the
 HF model skip unless torch and transformers are installed.
 """
 
+import importlib.util
+import os
 import types
 
 import numpy as np
 import pytest
 
 from bpd_jax import generate
-from bpd_jax.bench import hf_baseline
 from bpd_jax.models import TransformerConfig
+
+from train_configs import ROOT
+
+
+def _load_script():
+  """scripts/hf_baseline.py as a module (scripts/ is not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      'hf_baseline', os.path.join(ROOT, 'scripts', 'hf_baseline.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+hf_baseline = _load_script()
 
 NEW_TOKENS = 12
 

@@ -1,7 +1,12 @@
 """External baseline: our greedy decoder against Hugging Face `generate`.
 
-    pip install -r requirements-bench.txt
-    python -m bpd_jax.bench.hf_baseline --output_dir=/tmp/hf_baseline
+    pip install -r requirements.txt -r requirements-bench.txt
+    python scripts/hf_baseline.py --output_dir=/tmp/hf_baseline
+
+A script beside the package, not part of it: torch and transformers
+(requirements-bench.txt) are needed here only, and neither the library,
+its jobs nor CI installs them. It imports bpd_jax as installed by
+requirements.txt.
 
 Both sides decode the same random source with an encoder-decoder Transformer
 of identical dimensions and random weights, on the CPU: ours is
