@@ -15,8 +15,8 @@ from safetensors import numpy as safetensors_numpy
 
 from bpd_jax import generate
 from bpd_jax.infra import errors
+from bpd_jax.infra import gpt2_ids
 from bpd_jax.models import gpt2
-from bpd_jax.tasks.text import gpt2_ids
 
 CHECKPOINT = os.path.join(os.path.dirname(__file__), 'data', 'tiny_gpt2')
 K = 3

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from skimage import transform
 
-from bpd_jax.tasks import token_ids
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks.images import tokens as image_tokens
 
 

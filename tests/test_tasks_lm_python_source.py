@@ -41,9 +41,20 @@ def test_tests_and_site_packages_are_left_out(tmp_path):
       'a.py', 'pkg.py/h.py', 'pkg/b.py']
 
 
-def test_a_file_split_depends_on_its_path_only():
-  assert python_source.split_of('json/decoder.py') == python_source.split_of(
-      'json/decoder.py')
+@pytest.mark.parametrize('path,split', [
+    # crc32(path) % 100 at the ends of each split's buckets: 0, 89 train,
+    # 90, 94 validation, 95, 99 test.
+    ('asyncio/subprocess.py', 'train'), ('asyncio/__main__.py', 'train'),
+    ('email/_policybase.py', 'validation'),
+    ('asyncio/queues.py', 'validation'), ('curses/textpad.py', 'test'),
+    ('encodings/cp1251.py', 'test'),
+    # The whole relative path counts, not the file name alone.
+    ('datetime.py', 'validation'), ('a/datetime.py', 'train')])
+def test_a_files_split_is_fixed_by_its_path(path, split):
+  assert python_source.split_of(path) == split
+
+
+def test_splits_share_the_files_as_their_buckets_say():
   splits = [python_source.split_of(f'module_{i}.py') for i in range(400)]
   shares = {s: splits.count(s) / len(splits) for s in python_source.SPLITS}
   assert 0.85 < shares['train'] < 0.95 and shares['validation'] > 0.02

@@ -4,8 +4,8 @@ import ml_collections
 import numpy as np
 import pytest
 
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import vocab as vocab_lib
 

@@ -67,3 +67,26 @@ def test_eval_split_is_checked_once_the_task_is_loaded():
     tasks.check_loaded(config, task)
   assert str(error.value) == ("eval.split='dev' is not a split of task "
                               "'embedded': one of ['train', 'validation'].")
+
+
+def test_each_kind_of_task_follows_the_task_protocol():
+  from bpd_jax.tasks.images import task as image_task
+  from bpd_jax.tasks.lm import task as lm_task
+  from bpd_jax.tasks.text import task as text_task
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  words = vocab_lib.WordVocabulary(['a', 'b'])
+  text = text_task.TextTask(words, {'train': [('a', 'b')]})
+  image = image_task.ImageTask((4, 4, 3), (2, 2, 3), {})
+  plain_lm = lm_task.LMTask(words, {}, eval_prompt_len=2, train_prompt_len=0)
+  prompted_lm = lm_task.LMTask(words, {}, eval_prompt_len=2,
+                               train_prompt_len=5)
+  for task in (text, image, plain_lm):
+    assert isinstance(task, tasks.Task)
+    assert isinstance(task.vocab, tasks.spec.Vocab)
+  assert isinstance(text, tasks.TextualTask)
+  assert isinstance(plain_lm, tasks.TextualTask)
+  assert not isinstance(image, tasks.TextualTask)  # No text to serve.
+  # Training sources: the task section's width, but none for plain
+  # language modelling and the prompt width of a prompted LM task.
+  assert [t.train_source_len(7) for t in (text, image, plain_lm,
+                                          prompted_lm)] == [7, 7, 0, 5]

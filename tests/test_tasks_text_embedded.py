@@ -6,7 +6,7 @@ import ml_collections
 import pytest
 
 from bpd_jax import tasks
-from bpd_jax.tasks import token_ids
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks.text import embedded
 
 

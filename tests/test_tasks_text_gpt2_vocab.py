@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bpd_jax.infra import errors
-from bpd_jax.tasks import token_ids
-from bpd_jax.tasks.text import gpt2_ids
+from bpd_jax.infra import gpt2_ids
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks.text import gpt2_vocab
 
 CHECKPOINT = os.path.join(os.path.dirname(__file__), 'data', 'tiny_gpt2')

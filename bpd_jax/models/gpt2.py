@@ -25,7 +25,7 @@ x + attn(ln_1(x)), x + mlp(ln_2(x)), ln_f after the last block, attention
 scaled by 1/sqrt(head_dim). The base model is exactly GPT-2; the proposal
 heads blockwise decoding adds are new, seeded random layers to be trained.
 
-Token ids (tasks/text/gpt2_ids.py): <|endoftext|> is eos 1, the other GPT-2
+Token ids (infra/gpt2_ids.py): <|endoftext|> is eos 1, the other GPT-2
 ids follow from 4 on, and the vocabulary grows by 3. The embedding rows of
 pad 0, bos 2 and unk 3 are the mean of GPT-2's token embeddings (the usual
 initialisation of added tokens): with the tied output such a row's logit
@@ -51,7 +51,8 @@ from safetensors import numpy as safetensors_numpy
 
 from bpd_jax.infra import errors
 from bpd_jax.models.transformer import Transformer, TransformerConfig
-from bpd_jax.tasks.text import gpt2_ids
+from bpd_jax.infra import gpt2_ids
+from bpd_jax.infra import token_ids
 
 CONFIG_FILE = 'config.json'
 WEIGHTS_FILE = 'model.safetensors'
@@ -239,8 +240,8 @@ def config_from_hf(hf_config: dict, *, num_proposal_heads: int = 1,
         head_layer=head_layer, head_hidden=head_hidden,
         draft_feature_layers=tuple(draft_feature_layers),
         # <|endoftext|> both ends a text and starts the next (module doc).
-        eos_id=gpt2_ids.EOS_ID, bos_id=gpt2_ids.EOS_ID,
-        pad_id=gpt2_ids.PAD_ID, dtype=dtype, param_dtype=param_dtype)
+        eos_id=token_ids.EOS_ID, bos_id=token_ids.EOS_ID,
+        pad_id=token_ids.PAD_ID, dtype=dtype, param_dtype=param_dtype)
   except ValueError as e:
     raise errors.ConfigError(f'{origin}: {e}') from None
 

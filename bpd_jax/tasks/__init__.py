@@ -14,15 +14,23 @@ task section it reads:
                              crops of photos shipped with the packages.
   'tfds_images'       image  images/tfds_images.py: super-resolution on a
                              TFDS image dataset (CelebA).
+  'python_source'     lm     lm/python_source.py: a code language model on
+                             the Python standard library (no download).
+  'tfds_lm'           lm     lm/tfds_lm.py: language modelling,
+                             summarisation or question answering on a TFDS
+                             dataset (LM1B, CNN/DailyMail, XSum, SQuAD).
 
 Every task section also has max_source_len and max_target_len (>= 2). A
-text task loads a text.task.TextTask, an image task an images.task.ImageTask,
-a language-model task an lm.task.LMTask (prompt -> continuation, for
-decoder-only models); all serve vocab, encoded(split),
-train_examples(process_index, process_count) and sources(split, max_len),
-and text and lm tasks pairs(split). Shared by both kinds: batching.py
-(training and evaluation batches), host_shards.py (each process's share of
-a split), token_ids.py (pad, eos, bos, unk), tfds_builders.py.
+loaded task follows the `Task` protocol (spec.py: vocab, splits,
+encoded(split), train_examples(process_index, process_count),
+train_source_len(max_source_len), sources(split, max_len)); a text task
+(text.task.TextTask) and a language-model task (lm.task.LMTask: prompt ->
+continuation, for decoder-only models) also follow `TextualTask`
+(pairs(split), a text vocabulary); an image task is an
+images.task.ImageTask. Shared by all kinds: batching.py (training and
+evaluation batches), host_shards.py (each process's share of a split),
+checks.py (the config checks' helpers), tfds_builders.py; the reserved
+token ids are infra/token_ids.py.
 
 This module is the package's public API: no module outside bpd_jax/tasks/
 tests a task's name; it asks `get(name).kind` or `require_kind`.
@@ -36,7 +44,7 @@ from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
 from bpd_jax.tasks.lm import python_source
 from bpd_jax.tasks.lm import tfds_lm
-from bpd_jax.tasks.spec import TaskSpec
+from bpd_jax.tasks.spec import Task, TaskSpec, TextualTask
 from bpd_jax.tasks.text import embedded
 from bpd_jax.tasks.text import parallel_text
 from bpd_jax.tasks.text import tfds_translation
@@ -46,6 +54,9 @@ _SPECS = {spec.name: spec for spec in (
     embedded_photos.SPEC, tfds_images.SPEC, python_source.SPEC,
     tfds_lm.SPEC)}
 NAMES = tuple(_SPECS)
+
+__all__ = ['NAMES', 'Task', 'TaskSpec', 'TextualTask', 'check',
+           'check_loaded', 'get', 'load_task', 'require_kind']
 
 # What each job that needs some kinds of task does, for its refusal message.
 _JOBS = {
@@ -72,7 +83,7 @@ def get(name: str) -> TaskSpec:
   return _SPECS[name]
 
 
-def load_task(config, workdir: str, train_vocab: bool = True):
+def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
   """The task a config's `task` section describes.
 
   Args:
@@ -83,7 +94,7 @@ def load_task(config, workdir: str, train_vocab: bool = True):
       job); False: a missing one is an error (evaluation, distillation).
 
   Returns:
-    A text.task.TextTask or an images.task.ImageTask.
+    A text.task.TextTask, images.task.ImageTask or lm.task.LMTask.
 
   Raises:
     errors.MissingFileError: a data file, TFDS data dir or vocabulary is
@@ -101,7 +112,7 @@ def load_task(config, workdir: str, train_vocab: bool = True):
     raise errors.DataError(str(error)) from error
 
 
-def check_loaded(config, task) -> None:
+def check_loaded(config, task: Task) -> None:
   """What a config can be checked for only with its task loaded (a data
   dir's or a dataset's split names): eval.split is one of the task's.
 

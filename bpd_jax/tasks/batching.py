@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from bpd_jax.infra import atomic_files
-from bpd_jax.tasks import token_ids
+from bpd_jax.infra import token_ids
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), eos-ended.
 
@@ -118,7 +118,8 @@ def eval_batches(sources: Sequence[Sequence[int]], batch_size: int,
 
 def truncate(sources: Sequence[Sequence[int]],
              max_len: int) -> tuple[list[list[int]], int]:
-  """Cuts sources longer than max_len (keeping a final eos); returns count cut."""
+  """Cuts sources longer than max_len (keeping a final eos); returns the
+  sources and how many were cut."""
   out, cut = [], 0
   for source in sources:
     if len(source) > max_len:

@@ -19,7 +19,7 @@ def import_tfds():
 
   Without h5py the builder registry stops importing early and
   'wmt14_translate' is "not found"; importing the translate package
-  registers it (measured), and the text, summarisation and question
+  registers it, and the text, summarisation and question
   answering packages register lm1b, c4, cnn_dailymail, xsum and squad.
   """
   import tensorflow_datasets as tfds

@@ -15,7 +15,7 @@ Each photo is downsampled once per scale; a crop is then a slice on that
 scale's grid (its offsets in the photo are multiples of f). A pixel of the
 downsampled photo is the rounded mean of an f x f block, so the slice equals
 downsampling the photo's crop itself: one rounding, no pyramid error.
-20,000 crops take well under a second.
+Tens of thousands of crops take well under a second.
 
 The 'embedded_images' task's section, besides the image fields of
 images/task.py:

@@ -1,12 +1,12 @@
 """Super-resolution tasks: low-resolution inputs, high-resolution targets.
 
-An ImageTask serves what a text Task serves to training and decoding
-(vocab, encoded pairs, this process's training share, sources to decode),
-with images instead of sentences: a source is to_tokens(low-res input) and
-a target to_tokens(high-res target), both WITHOUT eos (an image has a fixed
-length: decoding runs exactly H*W*C tokens). The image task modules
-(embedded_photos, tfds_images) load one from a task section whose fields,
-besides their own, are:
+An ImageTask serves what every task serves to training and decoding (the
+`spec.Task` protocol: vocab, encoded pairs, this process's training share,
+sources to decode), with images instead of sentences: a source is
+to_tokens(low-res input) and a target to_tokens(high-res target), both
+WITHOUT eos (an image has a fixed length: decoding runs exactly H*W*C
+tokens). The image task modules (embedded_photos, tfds_images) load one from
+a task section whose fields, besides their own, are:
   name: 'embedded_images' or 'tfds_images'.
   high_res: side of the targets (e.g. 32).
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
@@ -104,6 +104,10 @@ class ImageTask:
     start, end = host_shards.shard_bounds(len(low), process_index,
                                           process_count)
     return ImagePairs(low[start:end], high[start:end])
+
+  def train_source_len(self, max_source_len: int) -> int:
+    """Training sources are the whole input image: max_source_len."""
+    return max_source_len
 
   def sources(self, split: str, max_len: int,
               limit: int = 0) -> tuple[list[list[int]], int]:

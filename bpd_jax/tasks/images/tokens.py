@@ -3,7 +3,7 @@
 An image [H, W, C] of uint8 intensities is the sequence of its H*W*C channel
 intensities in raster order (row, then column, then channel: the Image
 Transformer's order), each intensity v written as id v + INTENSITY_OFFSET.
-Ids 0, 1, 2 stay pad, eos and bos (tasks/token_ids.py), so the
+Ids 0, 1, 2 stay pad, eos and bos (infra/token_ids.py), so the
 training loop, batching and losses work on images unchanged, and the
 distance between two intensity ids is the distance between the intensities
 (what the distance verification criterion |a - b| <= eps relies on).
@@ -13,16 +13,17 @@ covers, weighted by overlap when the factor is not an integer (CelebA's
 178 -> 32), rounded to the nearest integer (ties to even). For an integer
 factor it is the exact mean of each f x f block. We compute it ourselves (a
 weighted sum over a band of rows, then of columns) rather than with Pillow
-or scikit-image, for these measured reasons: Pillow's Image.BOX differs by
-1 from the exact block mean in 669 of 3072 values (128 -> 32, fixed-point
-arithmetic); skimage.transform.resize_local_mean is exact but takes ~5 ms
-an image for 178 -> 32 (17 minutes of a core for CelebA's 202,599 images),
-ours 0.3 ms. The tests check that ours equals resize_local_mean, rounded.
+or scikit-image, for these reasons: Pillow's Image.BOX works in
+fixed-point arithmetic and differs by 1 from the exact block mean in many
+values; skimage.transform.resize_local_mean is exact but more than ten
+times slower than ours for 178 -> 32 (a core's quarter of an hour for
+CelebA's images). The tests check that ours equals resize_local_mean,
+rounded.
 """
 
 import numpy as np
 
-from bpd_jax.tasks import token_ids
+from bpd_jax.infra import token_ids
 
 INTENSITY_OFFSET = 3  # Id of intensity v: v + 3 (after pad, eos, bos).
 NUM_INTENSITIES = 256
@@ -155,7 +156,7 @@ def _band(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
   """area_weights as (int [out, band] input indices, float64 [out, band]
   weights): an output pixel covers about in/out + 1 input pixels, so the
   banded sum costs a few operations an input value, where the dense
-  product costs out_size (measured 178 -> 32: 0.3 ms an image, not 1.2).
+  product costs out_size.
   """
   dense = area_weights(in_size, out_size)
   nonzero = dense > 0

@@ -1,15 +1,15 @@
 """The 'python_source' task: a code language model on Python's own library.
 
 Every machine with Python has a corpus of real code that nobody here wrote:
-the standard library's source (`sysconfig.get_paths()['stdlib']`; on
-Python 3.11, 734 `*.py` files, 12 MB, once tests and site-packages are left
-out). Each file belongs to one split by a checksum of its path relative to
-the root (crc32 % 100: 0-89 train, 90-94 validation, 95-99 test), so the
-splits are the same on every machine and patch version and no file is in
-two. A file is read as Python reads it (`tokenize.open`: its coding
-cookie), encoded with a SentencePiece model trained on the training files
-that keeps code's whitespace (indentation is a piece, a newline its own
-piece, unseen characters byte pieces: decoding gives the text back
+the standard library's source (`sysconfig.get_paths()['stdlib']`: several
+hundred `*.py` files, around ten megabytes, once tests and site-packages
+are left out). Each file belongs to one split by a checksum of its path
+relative to the root (crc32 % 100: 0-89 train, 90-94 validation, 95-99
+test), so the splits are the same on every machine and patch version and no
+file is in two. A file is read as Python reads it (`tokenize.open`: its
+coding cookie), encoded with a SentencePiece model trained on the training
+files that keeps code's whitespace (indentation is a piece, a newline its
+own piece, unseen characters byte pieces: decoding gives the text back
 exactly), ended with eos, and cut into examples of max_target_len tokens.
 
 Training examples have no prompt (plain language modelling); evaluation
@@ -47,8 +47,8 @@ import sysconfig
 import tokenize
 import zlib
 
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import spec
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.checks import at_least, eval_split
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task

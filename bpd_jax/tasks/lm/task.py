@@ -12,9 +12,10 @@ none, the first `eval_prompt_len` tokens of its continuation; the reference
 is what follows. The decoder's input is the prompt behind `start_id` (the
 token every training sequence starts from).
 
-An LMTask serves what the jobs ask of a text task (vocab, pairs, sources,
-encoded, train_examples), so training, evaluation, the bench, the draft
-analysis and distillation read it the same way.
+An LMTask serves what the jobs ask of a text task (the
+`spec.TextualTask` protocol: vocab, pairs, sources, encoded,
+train_examples), so training, evaluation, the bench, the draft analysis
+and distillation read it the same way.
 """
 
 import collections.abc
@@ -27,9 +28,9 @@ import numpy as np
 
 from bpd_jax.infra import atomic_files
 from bpd_jax.infra import errors
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 
@@ -67,6 +68,11 @@ class LMTask:
                                           process_count)
     return batching.EncodedPairs.from_pairs(
         examples[i] for i in range(start, end))
+
+  def train_source_len(self, max_source_len: int) -> int:
+    """The prompt width of training batches: train_prompt_len."""
+    del max_source_len  # The loader chose train_prompt_len from it.
+    return self.train_prompt_len
 
   def eval_ids(self, split: str, limit: int = 0
                ) -> list[tuple[np.ndarray, np.ndarray]]:

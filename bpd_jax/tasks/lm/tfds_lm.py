@@ -39,10 +39,10 @@ import string
 
 import numpy as np
 
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.checks import at_least, eval_split, needs_train_split
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task

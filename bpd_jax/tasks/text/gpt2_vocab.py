@@ -2,7 +2,7 @@
 
 The vocabulary of an imported GPT-2 (models/gpt2.py): vocab.json and
 merges.txt from the same checkpoint directory, read by the `tokenizers`
-library. Its ids go through tasks/text/gpt2_ids.py, the mapping the
+library. Its ids go through infra/gpt2_ids.py, the mapping the
 importer lays out the embedding with: <|endoftext|> is eos 1, the other
 GPT-2 ids follow from 4 on.
 
@@ -24,7 +24,7 @@ import numpy as np
 import tokenizers
 
 from bpd_jax.infra import errors
-from bpd_jax.tasks.text import gpt2_ids
+from bpd_jax.infra import gpt2_ids
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 ENDOFTEXT = '<|endoftext|>'
@@ -42,8 +42,8 @@ def check_ids(ids: dict[str, int], size: int, origin: str) -> None:
   """Raises errors.DataError unless every token's id is below `size`.
 
   The model's embedding has a row for each of the tokenizer's `size` ids
-  (the project's vocabulary size follows from it, gpt2_ids.py); an id past
-  them reads no row, and training turns it into a NaN loss.
+  (the project's vocabulary size follows from it, infra/gpt2_ids.py); an
+  id past them reads no row, and training turns it into a NaN loss.
 
   Args:
     ids: {token: GPT-2 id}, vocab.json's and any added token's.

@@ -1,16 +1,17 @@
 """A text task: sentence pairs by split, and the vocabulary that encodes them.
 
 The text task modules (embedded, parallel_text, tfds_translation) each load
-a TextTask; training and decoding read only what it serves (vocab, encoded
-pairs, this process's training share, sources to decode).
+a TextTask; training and decoding read only what it serves, the
+`spec.TextualTask` protocol (vocab, encoded pairs, this process's training
+share, sources to decode, the pairs' text).
 """
 
 import collections.abc
 import dataclasses
 from typing import Callable
 
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 
@@ -61,7 +62,12 @@ class TextTask:
             self.vocab.encode_many([s for s, _ in share]),
             self.vocab.encode_many([t for _, t in share])))
 
+  def train_source_len(self, max_source_len: int) -> int:
+    """Training sources are padded to the task's max_source_len."""
+    return max_source_len
+
   def pairs(self, split: str) -> list[tuple[str, str]]:
+    """The split's (source sentence, target sentence) pairs."""
     if split not in self.splits:
       raise ValueError(f'split {split!r} is not one of {sorted(self.splits)}.')
     return self.splits[split]

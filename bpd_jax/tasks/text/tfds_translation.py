@@ -3,22 +3,21 @@
 The input library is `tfds.data_source` (random access to the ArrayRecord
 files that `tfds build --file_format=array_record` writes) with the
 project's own numpy batching (tasks/batching.py), rather than tf.data or
-Grain, for these measured reasons:
-- tf.data needs TensorFlow: tensorflow-cpu adds 1.4 GB to the 780 MB of
-  JAX, Flax, Optax and Orbax (measured with pip on this machine), and a
-  second runtime competing with JAX for the host's cores.
+Grain, for these reasons:
+- tf.data needs TensorFlow: tensorflow-cpu would more than double the
+  install of JAX, Flax, Optax and Orbax, and bring a second runtime
+  competing with JAX for the host's cores.
 - Grain would add a dependency whose shuffle / shard / batch steps are a
   few lines of numpy over random access; its worker processes need absl
-  flags parsed and a __main__ guard (measured), and its checkpointable
-  iterator state solves a problem we do not have: our batch of step s is a
-  pure function of (seed, s), so a resume needs no iterator state.
-- tfds.data_source reads a record in ~130 us (measured on TFDS mock data,
-  this 2-core CPU) and SentencePiece encodes ~250k short sentences/s
-  (measured on Multi30k), so a process reads and encodes its shard of the
-  4.5M WMT14 pairs once (at those rates about 10 minutes on one host, a
-  tenth of that on each of ten), keeps it as flat int32 arrays, and saves
-  it in the workdir (WORKDIR/data/) so that a resumed run starts in
-  seconds.
+  flags parsed and a __main__ guard, and its checkpointable iterator state
+  solves a problem we do not have: our batch of step s is a pure function
+  of (seed, s), so a resume needs no iterator state.
+- tfds.data_source reads a record in well under a millisecond and
+  SentencePiece encodes short sentences by the hundred thousand a second,
+  so a process reads and encodes its shard of the millions of WMT14 pairs
+  once (minutes on one host, a fraction of that on each of several),
+  keeps it as flat int32 arrays, and saves it in the workdir
+  (WORKDIR/data/) so that a resumed run starts in seconds.
 
 The 'tfds_translation' task's section, besides name, max_source_len and
 max_target_len:
@@ -46,11 +45,11 @@ from collections.abc import Mapping
 import numpy as np
 from absl import logging
 
+from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
-from bpd_jax.tasks import token_ids
 from bpd_jax.tasks.checks import at_least, needs_train_split
 from bpd_jax.tasks.text import task as task_lib
 from bpd_jax.tasks.text import vocab as vocab_lib
@@ -137,7 +136,8 @@ def encoded_shard(source: PairSource, vocab, process_index: int,
   """
   if cache_path and os.path.exists(cache_path):
     return batching.EncodedPairs.load(cache_path)
-  start, end = host_shards.shard_bounds(len(source), process_index, process_count)
+  start, end = host_shards.shard_bounds(len(source), process_index,
+                                        process_count)
   logging.info('Encoding pairs %d..%d of %s (process %d of %d).', start, end,
                source.split, process_index, process_count)
   eos = [token_ids.EOS_ID]

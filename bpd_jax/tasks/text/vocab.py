@@ -1,6 +1,6 @@
 """Vocabularies: text <-> token ids, with the ids the models reserve.
 
-Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (tasks/token_ids.py,
+Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (infra/token_ids.py,
 the defaults of TransformerConfig), so a model config needs only the
 vocabulary size. `sentencepiece_vocab` finds or trains a task's model.
 """
@@ -15,7 +15,7 @@ import sentencepiece as spm
 from absl import logging
 
 from bpd_jax.infra import atomic_files
-from bpd_jax.tasks.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from bpd_jax.infra.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_TYPES = ('sentencepiece', 'words')
 SPECIAL_TOKENS = ('<pad>', '</s>', '<s>', '<unk>')

@@ -1,8 +1,9 @@
 """GPT-2 token ids <-> the project's ids: one mapping, for the checkpoint
-importer (models/gpt2.py) and the tokenizer (text/gpt2_vocab.py).
+importer (models/gpt2.py) and the tokenizer (tasks/text/gpt2_vocab.py),
+which must agree; here, below both, neither package imports the other.
 
 Every project vocabulary reserves pad 0, eos 1, bos 2 and unk 3
-(tasks/token_ids.py). GPT-2 has one special token, <|endoftext|> (id 50256
+(token_ids.py). GPT-2 has one special token, <|endoftext|> (id 50256
 in GPT-2's vocabulary, its last), and no pad or unk. So:
 
 - <|endoftext|> becomes eos 1: GPT-2 ends a text with it and starts the
@@ -20,7 +21,7 @@ The project's vocabulary has GPT-2's size + 3.
 
 import numpy as np
 
-from bpd_jax.tasks.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from bpd_jax.infra.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # Project ids with no GPT-2 token.
 UNUSED_IDS = (PAD_ID, BOS_ID, UNK_ID)

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from bpd_jax.tasks import token_ids
-from bpd_jax.tasks.text import gpt2_ids
+from bpd_jax.infra import gpt2_ids
+from bpd_jax.infra import token_ids
 
 
 @pytest.mark.parametrize('endoftext', [0, 3, 9])  # GPT-2's: the last.
