@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bpd_jax import evaluation
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
@@ -77,7 +78,7 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   task, model = tiny_image_task(), tiny_image_model()
   decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:255')]
   result = image.evaluate(model, task, 'validation', decoders,
-                          batch_size=2, log=lambda m: None)
+                          batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)
   bicubic, greedy, exact, loose = result['rows']
   assert bicubic['decoder'] == 'bicubic' and bicubic['psnr'] > 0
   assert exact['identical_to_greedy'] == 1.0
@@ -95,11 +96,11 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
 def test_report_writes_the_json_and_the_grid(tmp_path):
   config = train_configs.load_config('sr_demo', 'quick')
   config.eval.update(ks=(2,), criteria=('exact',), num_examples=3,
-                     grid_examples=2, batch_size=1)
+                     grid_examples=2, batch_size=1, max_len=4 * 4 * 3)
   config.mesh.shape = (1,)
   lines = []
-  image.report(config, str(tmp_path), tiny_image_model(), tiny_image_task(),
-               log=lines.append)
+  evaluation.report(config, str(tmp_path), tiny_image_model(),
+                    tiny_image_task(), log=lines.append)
   report = json.loads((tmp_path / 'sr_validation.json').read_text())
   assert [r['decoder'] for r in report['rows']] == [
       'bicubic', 'greedy', 'blockwise k=2']
@@ -111,4 +112,4 @@ def test_report_writes_the_json_and_the_grid(tmp_path):
 def test_evaluate_needs_greedy_first():
   with pytest.raises(ValueError, match='must be greedy'):
     image.evaluate(tiny_image_model(), tiny_image_task(), 'validation',
-                   [DecoderSpec(2)], batch_size=1)
+                   [DecoderSpec(2)], batch_size=1, max_len=4 * 4 * 3)

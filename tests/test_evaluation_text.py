@@ -3,6 +3,7 @@
 import pytest
 from flax import nnx
 
+from bpd_jax import evaluation
 from bpd_jax import tasks
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation import text
@@ -110,12 +111,12 @@ def test_a_full_disk_keeps_the_previous_report(tmp_path):
   from test_infra_atomic_files import disk_full_past
   config, model, task = setup()
   config.eval.update(ks=(2,), num_examples=2)
-  text.report(config, str(tmp_path), model, task, log=lambda _: None)
+  evaluation.report(config, str(tmp_path), model, task, log=lambda _: None)
   path = tmp_path / 'eval_validation.json'
   previous = path.read_bytes()
   with disk_full_past(len(previous) // 2), pytest.raises(
       errors.WriteError, match=f'^writing {path} failed: File too large '
       r'\(errno 27\); the previous file is intact\.$'):
-    text.report(config, str(tmp_path), model, task, log=lambda _: None)
+    evaluation.report(config, str(tmp_path), model, task, log=lambda _: None)
   assert path.read_bytes() == previous
   assert [p.name for p in tmp_path.iterdir()] == ['eval_validation.json']

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax.evaluation import lm
+from bpd_jax import evaluation
 from bpd_jax.infra import errors
+from bpd_jax.infra import gpt2_ids
 from bpd_jax.tasks.lm import python_source
-from bpd_jax.tasks.text import gpt2_ids
 from bpd_jax.training import train
 
 from train_configs import load_config
@@ -61,7 +61,8 @@ def test_heads_train_on_the_frozen_gpt2_and_decode_exactly(code_root,
   np.testing.assert_allclose(np.asarray(logits)[..., columns],
                              expected['logits'], rtol=0, atol=1e-4)
   assert task.start_id == model.config.bos_id == 1
-  report = lm.report(config, workdir, model, task, log=lambda _: None)
+  report = evaluation.report(config, workdir, model, task,
+                             log=lambda _: None)
   # Greedy, k=2 (the eval ks up to k=3).
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 2
 

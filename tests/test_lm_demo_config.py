@@ -5,8 +5,8 @@ import json
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax import distill
-from bpd_jax.evaluation import lm
+from bpd_jax.training import distillation
+from bpd_jax import evaluation
 from bpd_jax.tasks.lm import python_source
 from bpd_jax.training import train
 
@@ -58,14 +58,15 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
   config = tiny('')
   workdir = tmp_path / 'run'
   model, task = train.train(config, str(workdir), log=lambda _: None)
-  report = lm.report(config, str(workdir), model, task, log=lambda _: None)
+  report = evaluation.report(config, str(workdir), model, task,
+                             log=lambda _: None)
   assert report['examples'] == 2 and report['perplexity'] > 1
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
   # The paper's recipe: the model continues its training prompts, then
   # trains on them from where it stopped.
   corpus = tmp_path / 'distilled'
-  counts = distill.distill(config, model, task, str(corpus),
-                           log=lambda _: None)
+  counts = distillation.distill(config, model, task, str(corpus),
+                                log=lambda _: None)
   info = json.loads((corpus / 'distilled.json').read_text())
   assert info['vocab_fingerprint'] == task.vocab.fingerprint
   config = tiny(f',init_from={workdir},distilled={corpus}')
@@ -74,8 +75,8 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
   prompts, continuations = task.encoded('train').lengths()
   assert len(prompts) == counts['train'] and (prompts == 32).all()
   assert continuations.max() <= 16
-  report = lm.report(config, str(tmp_path / 'again'), model, task,
-                     log=lambda _: None)
+  report = evaluation.report(config, str(tmp_path / 'again'), model, task,
+                             log=lambda _: None)
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
 
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax.evaluation import lm
+from bpd_jax import evaluation
 from bpd_jax.training import train
 
 from train_configs import load_config
@@ -49,7 +49,8 @@ def test_runlocal_trains_and_reports(dataset, tmp_path):
   config = tfds_lm_config(f'runlocal,dataset={dataset}')
   config_checks.check(config)
   model, task = train.train(config, str(tmp_path), log=lambda _: None)
-  report = lm.report(config, str(tmp_path), model, task, log=lambda _: None)
+  report = evaluation.report(config, str(tmp_path), model, task,
+                             log=lambda _: None)
   saved = json.loads((tmp_path / 'eval_validation.json').read_text())
   assert saved['perplexity'] == report['perplexity'] > 1
   assert report['examples'] == 4

@@ -15,9 +15,9 @@ import jax
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax import distill
+from bpd_jax.training import distillation
+from bpd_jax import evaluation
 from bpd_jax import jobs
-from bpd_jax.evaluation import text
 from bpd_jax.training import train
 
 from train_configs import load_config
@@ -110,7 +110,8 @@ def local_base(tmp_path_factory):
   config = local_config('runlocal')
   config_checks.check(config)
   model, task = train.train(config, base_dir, log=quiet)
-  return base_dir, text.report(config, base_dir, model, task, log=quiet)
+  return base_dir, evaluation.report(config, base_dir, model, task,
+                                     log=quiet)
 
 
 # A whole training run (~30 s); the pipeline has its own tests.
@@ -139,7 +140,7 @@ def test_runlocal_heads_on_a_base_train_and_decode(local_base, tmp_path):
              for line in lines)
   assert not os.path.exists(os.path.join(heads_dir, 'vocab.model'))
   printed = []
-  text.report(config, heads_dir, model, task, log=printed.append)
+  evaluation.report(config, heads_dir, model, task, log=printed.append)
   report = json.loads(open(os.path.join(heads_dir, 'eval_test.json')).read())
   assert [r['decoder'] for r in report['rows']] == [
       'greedy', 'blockwise k=4 top-k:2 l=2']
@@ -158,14 +159,14 @@ def test_runlocal_distilled_run(local_base, tmp_path):
   # bpd_jax.distill shards its batches over the mesh: one device for batch 1.
   config.mesh.shape = (1,)
   model, task = jobs.load(config, base_dir)
-  counts = distill.distill(config, model, task, corpus, log=quiet)
+  counts = distillation.distill(config, model, task, corpus, log=quiet)
   assert set(counts) == {'train', 'validation', 'test'}
   config = local_config(f'runlocal,k=2,distilled={corpus},'
                         f'init_from={base_dir}')
   config_checks.check(config)
   model, task = train.train(config, str(tmp_path / 'k2'), log=quiet)
-  report = text.report(config, str(tmp_path / 'k2'), model, task,
-                       log=quiet)
+  report = evaluation.report(config, str(tmp_path / 'k2'), model, task,
+                             log=quiet)
   assert report['rows'][1]['identical_to_greedy'] == 1.0
 
 

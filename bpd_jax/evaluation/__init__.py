@@ -1,11 +1,15 @@
 """One evaluation harness: decoder specs, the interleaved runner, reports.
 
-- `spec.DecoderSpec`: one decoder (greedy, blockwise, k='auto', refined).
+- `spec.DecoderSpec`: one decoder (greedy, blockwise, refined, sampled);
+  `spec.AutoSpec`: k='auto' with its tuning.
 - `runner.run`: compile every spec, then time them side by side over the
   same batches; `runner.gather`: the real rows' outputs.
-- `text.py` (BLEU) and `image.py` (PSNR/SSIM) reports on top, chosen by
-  task in `reports.py`; the bench (`bpd_jax/bench/runner.py`) and the drafts
-  comparison (`bpd_jax/drafts/compare.py`) call the same runner.
+- The reports on top, one per task kind, each a `reports.Report`: `text.py`
+  (BLEU), `image.py` (PSNR/SSIM) and `lm.py` (perplexity); `reports.py`
+  picks the task's and runs what they share (`report`, and `periodic`
+  during training); `outputs.py` writes and prints them. The bench
+  (`bpd_jax/bench/runner.py`) and the drafts comparison
+  (`bpd_jax/drafts/compare.py`) call the same runner.
 """
 
 from bpd_jax.evaluation.reports import periodic, report

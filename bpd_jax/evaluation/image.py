@@ -1,6 +1,7 @@
 """The super-resolution report: decode images, measure them, draw the grid.
 
-Used by the main and evaluate jobs when the task is an image task
+The report of image tasks (`reports.Report`): used by the main and evaluate
+jobs and periodic evaluation when the task is an image task
 ('embedded_images', 'tfds_images'). Every decoder (greedy, then blockwise
 for each k in eval.ks and each criterion in eval.criteria) generates the
 high-resolution image of each low-resolution input, H * W * C intensities
@@ -21,22 +22,17 @@ Files: WORKDIR/sr_<split>.json (the rows, the config), sr_<split>.png (per
 example: input, bicubic, greedy, each blockwise decoder, ground truth).
 """
 
-import os
-
-import jax
 import numpy as np
-import tabulate
 from PIL import Image
 from skimage import metrics
 
 from bpd_jax import generate
-from bpd_jax.evaluation import placement as placement_lib
+from bpd_jax.evaluation import outputs as outputs_lib
 from bpd_jax.evaluation import runner
-from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.infra import atomic_files
-from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
+from bpd_jax.tasks.images import task as image_task
 from bpd_jax.tasks.images import tokens as images_lib
 
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
@@ -70,17 +66,19 @@ def bicubic(low: np.ndarray, size: int) -> np.ndarray:
       (size, size), Image.Resampling.BICUBIC)) for image in low])
 
 
-def evaluate(model, task, split: str,
-             decoders: list[DecoderSpec], *, batch_size: int,
+def evaluate(model, task: image_task.ImageTask, split: str,
+             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, mesh=None, log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
   Args:
     model: the Transformer (encoder over the input image's intensities).
-    task: a tasks.images.task.ImageTask.
+    task: the image task.
     split: split name.
     decoders: greedy first (the reference of speedups and comparisons).
     batch_size: images decoded together.
+    max_len: tokens decoded per image: a target's H * W * C intensities
+      (`tokens.from_tokens` refuses any other length).
     num_examples: the first this many images (0: all).
     mesh: optional mesh to shard the batch over.
     log: progress messages go here.
@@ -90,7 +88,8 @@ def evaluate(model, task, split: str,
     decoder and a bicubic row; outputs {decoder name: uint8 [N, H, W, C]}.
   """
   shape = tuple(task.image_shape)
-  max_len = int(np.prod(shape))
+  log(f'Decoding {split} ({num_examples or "all"} images, '
+      f'{"x".join(map(str, shape))}) with {len(decoders)} decoders:')
   low, high = task.images(split, num_examples)
   if not len(low):
     raise ValueError(f'split {split!r} has no images to decode.')
@@ -156,28 +155,21 @@ def write_grid(path: str, result: dict, examples: int) -> None:
     plt.close(figure)
 
 
-def report(config, workdir: str, model, task, log=print) -> dict:
-  """Runs the comparison, prints the table, writes the JSON and the grid."""
-  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
-  model, mesh = placement_lib.placement(model, config, mesh, log)
-  decoders = spec_lib.decoders_from_config(config.eval)
-  shape = 'x'.join(map(str, task.image_shape))
-  log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
-      f'images, {shape}) with {len(decoders)} decoders:')
-  result = evaluate(model, task, config.eval.split, decoders,
-                    batch_size=config.eval.batch_size,
-                    num_examples=config.eval.num_examples, mesh=mesh, log=log)
-  if jax.process_index() == 0:
-    stem = os.path.join(workdir, f'sr_{config.eval.split}')
-    summary = dict(split=result['split'], examples=result['examples'],
-                   image_shape=result['image_shape'], rows=result['rows'])
-    atomic_files.write_json(stem + '.json',
-                            dict(summary, config=config.to_dict()), indent=2)
-    write_grid(stem + '.png', result, config.eval.grid_examples)
-    table = [[row.get(c, '') if row.get(c) is not None else '-'
-              for c in COLUMNS] for row in result['rows']]
-    log(tabulate.tabulate(table, headers=COLUMNS, tablefmt='github'))
-    log(f'{result["examples"]} {shape} images of {config.eval.split}, '
-        f'decoded {config.eval.batch_size} at a time. Report: {stem}.json, '
-        f'grid: {stem}.png')
-  return result
+def write(result: dict, config, workdir: str, log) -> None:
+  """WORKDIR/sr_<split>.json (the rows, not the images), the grid
+  sr_<split>.png, and the table."""
+  summary = dict(split=result['split'], examples=result['examples'],
+                 image_shape=result['image_shape'], rows=result['rows'])
+  path = outputs_lib.write_rows(summary, config, workdir, COLUMNS, log,
+                                stem='sr')
+  grid = path.removesuffix('.json') + '.png'
+  write_grid(grid, result, config.eval.grid_examples)
+  log(f'{result["examples"]} {"x".join(map(str, result["image_shape"]))} '
+      f'images of {config.eval.split}, decoded {config.eval.batch_size} at '
+      f'a time. Report: {path}, grid: {grid}')
+
+
+def training_figures(result: dict) -> dict[str, float]:
+  """Greedy decoding's PSNR and SSIM (its row follows bicubic's)."""
+  greedy = result['rows'][1]
+  return {'eval/psnr': greedy['psnr'], 'eval/ssim': greedy['ssim']}

@@ -7,12 +7,10 @@ split's prompts compared as the translation report compares them (mean
 accepted block, model calls, wall-clock, speedup, identical_to_greedy).
 A continuation has no single right answer, so there is no BLEU column:
 exact blockwise decoding is measured by identical_to_greedy, the model by
-its perplexity.
+its perplexity. The report of language-model tasks (`reports.Report`).
 """
 
-import functools
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +19,10 @@ import numpy as np
 from bpd_jax import generate
 from bpd_jax import predictions
 from bpd_jax.evaluation import outputs
-from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
-from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
-from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
+from bpd_jax.tasks.lm import task as lm_task
 from bpd_jax.training import losses
 
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 'wall_s', 'speedup',
@@ -79,14 +75,14 @@ def _negative_log_likelihood(model, prompts, continuations):
   return -(picked * mask).sum(1), mask.sum(1)
 
 
-def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
-             batch_size: int, max_len: int, num_examples: int = 0,
-             mesh=None, log=print) -> dict:
+def evaluate(model, task: lm_task.LMTask, split: str,
+             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
+             num_examples: int = 0, mesh=None, log=print) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
   Args:
     model: a decoder-only Transformer.
-    task: an lm.task.LMTask.
+    task: the language-model task.
     split: split name, e.g. 'validation'.
     decoders: greedy first (the reference of speedups and
       identical_to_greedy).
@@ -103,6 +99,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
     teacher-forced accuracy on the greedy continuations, what acceptance
     depends on; `predictions.head_accuracy`)).
   """
+  log(f'Perplexity of {split}, then its prompts ({num_examples or "all"}) '
+      f'decoded with {len(decoders)} decoders:')
   ppl, scored = perplexity(model, task.encoded(split))
   log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens)')
   sources, truncated = task.sources(split, model.config.max_source_len,
@@ -129,24 +127,15 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
               head_accuracy=dict(greedy=head_accuracy))
 
 
-def report(config, workdir: str, model, task, log=print) -> dict:
-  """Runs the comparison, prints the table, writes the JSON report."""
-  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
-  model, mesh = placement_lib.placement(model, config, mesh, log)
-  decoders = spec_lib.decoders_from_config(config.eval)
-  log(f'Perplexity of {config.eval.split}, then its prompts '
-      f'({config.eval.num_examples or "all"}) decoded with {len(decoders)} '
-      f'decoders:')
-  result = evaluate(
-      model, task, config.eval.split, decoders,
-      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
-      num_examples=config.eval.num_examples, mesh=mesh, log=log)
-  if jax.process_index() == 0:
-    path = os.path.join(workdir, f'eval_{config.eval.split}.json')
-    outputs.save_json(path, result, config)
-    log(outputs.table(result['rows'], COLUMNS))
-    log(f'{result["examples"]} prompts of {config.eval.split}, '
-        f'{config.eval.max_len} tokens each; perplexity '
-        f'{result["perplexity"]} over {result["scored_tokens"]} tokens. '
-        f'Report: {path}')
-  return result
+def write(result: dict, config, workdir: str, log) -> None:
+  """WORKDIR/eval_<split>.json, and the table with the perplexity."""
+  path = outputs.write_rows(result, config, workdir, COLUMNS, log)
+  log(f'{result["examples"]} prompts of {config.eval.split}, '
+      f'{config.eval.max_len} tokens each; perplexity '
+      f'{result["perplexity"]} over {result["scored_tokens"]} tokens. '
+      f'Report: {path}')
+
+
+def training_figures(result: dict) -> dict[str, float]:
+  """The model's perplexity on the split (what its decoders share)."""
+  return {'eval/perplexity': result['perplexity']}

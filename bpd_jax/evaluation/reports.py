@@ -1,26 +1,68 @@
 """The report of a config's task: the one the jobs print and train logs.
 
-A translation task gets the BLEU report (`text.py`), an image task the
-super-resolution report (`image.py`), a language-model task the perplexity
-report (`lm.py`), each after training (main job), on
-a restored run (evaluate job) and, shortened, every eval.every training
-steps (`periodic`, the callback `train.train` is given).
+Each task kind has one report module, picked by the kind its task declares
+(`tasks.spec.TaskSpec.kind`), as big_vision picks an evaluator by its type:
+the translation report (`text.py`: BLEU), the super-resolution report
+(`image.py`: PSNR/SSIM) and the language-model report (`lm.py`:
+perplexity). Every one follows `Report`; this module runs what they share
+(the mesh, the placement, the decoders of config.eval) after training
+(main job), on a restored run (evaluate job) and, shortened, every
+eval.every training steps (`periodic`, the callback `train.train` is
+given). A new kind adds its module and one entry of `REPORTS`.
 """
+
+from typing import Callable, Protocol
+
+import jax
 
 from bpd_jax import tasks
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import lm
 from bpd_jax.evaluation import placement
+from bpd_jax.evaluation import spec
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.infra import sharding
 
 
-def report(config, workdir: str, model, task, log=print) -> dict:
-  """Prints the task's report of config.eval and writes it to `workdir`."""
-  report_fn = dict(image=image.report, lm=lm.report, text=text.report)[
-      _kind(config)]
-  return report_fn(config, workdir, model, task, log=log)
+class Report(Protocol):
+  """What a task kind's report module defines."""
+
+  def evaluate(self, model, task: tasks.Task, split: str,
+               decoders: list[DecoderSpec], *, batch_size: int,
+               max_len: int, num_examples: int = 0, mesh=None,
+               log: Callable[[str], None] = print) -> dict:
+    """Decodes the first `num_examples` (0: all) of `split` with every
+    decoder (greedy first: the reference), `batch_size` at a time, at
+    most `max_len` tokens each, the batch sharded over `mesh` (None: one
+    device); returns the result: 'rows', one per decoder (the names of
+    the decoders), beside any baseline's, and the kind's own figures."""
+
+  def write(self, result: dict, config, workdir: str,
+            log: Callable[[str], None]) -> None:
+    """Saves `result` in `workdir` and prints its table (process 0)."""
+
+  def training_figures(self, result: dict) -> dict[str, float]:
+    """The greedy decoder's quality as periodic evaluation logs it:
+    {'eval/<figure>': value}."""
+
+
+REPORTS: dict[str, Report] = {'image': image, 'lm': lm, 'text': text}
+
+
+def report(config, workdir: str, model, task: tasks.Task,
+           log: Callable[[str], None] = print) -> dict:
+  """Decodes config.eval.split with the decoders of config.eval, prints
+  the task's report and writes it to `workdir`; returns its result."""
+  model, mesh = placement.placement(model, config, _mesh(config), log)
+  result = _report_of(config).evaluate(
+      model, task, config.eval.split,
+      spec.decoders_from_config(config.eval),
+      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+      num_examples=config.eval.num_examples, mesh=mesh, log=log)
+  if jax.process_index() == 0:
+    _report_of(config).write(result, config, workdir, log)
+  return result
 
 
 def periodic(config):
@@ -28,36 +70,32 @@ def periodic(config):
   {'eval/bleu', 'eval/psnr' and 'eval/ssim', or 'eval/perplexity';
   'eval/mean_block' when the model has heads}, greedy and blockwise at the
   model's k on the first eval.periodic_examples examples of eval.split."""
-  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  mesh, task_report = _mesh(config), _report_of(config)
+  quiet = lambda _: None
 
   def evaluate(model, task, step):
     del step  # The same examples every time.
-    model, placed_mesh = placement.placement(model, config, mesh,
-                                             log=lambda _: None)
+    model, placed_mesh = placement.placement(model, config, mesh, log=quiet)
     k = model.config.num_proposal_heads
     decoders = [DecoderSpec()] + ([DecoderSpec(k)] if k > 1 else [])
-    options = dict(batch_size=config.eval.batch_size,
-                   num_examples=config.eval.periodic_examples,
-                   mesh=placed_mesh, log=lambda _: None)
-    if _kind(config) == 'image':
-      rows = image.evaluate(model, task, config.eval.split, decoders,
-                            **options)['rows'][1:]  # After bicubic's row.
-      values = {'eval/psnr': rows[0]['psnr'], 'eval/ssim': rows[0]['ssim']}
-    elif _kind(config) == 'lm':
-      result = lm.evaluate(model, task, config.eval.split, decoders,
-                           max_len=config.eval.max_len, **options)
-      rows = result['rows']
-      values = {'eval/perplexity': result['perplexity']}
-    else:
-      rows = text.evaluate(model, task, config.eval.split, decoders,
-                           max_len=config.eval.max_len, **options)['rows']
-      values = {'eval/bleu': rows[0]['bleu']}
+    result = task_report.evaluate(
+        model, task, config.eval.split, decoders,
+        batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+        num_examples=config.eval.periodic_examples, mesh=placed_mesh,
+        log=quiet)
+    values = task_report.training_figures(result)
     if k > 1:
-      values['eval/mean_block'] = rows[1]['mean_block']
+      blockwise = next(row for row in result['rows']
+                       if row['decoder'] == decoders[1].name)
+      values['eval/mean_block'] = blockwise['mean_block']
     return values
 
   return evaluate
 
 
-def _kind(config) -> str:
-  return tasks.get(config.task.name).kind
+def _report_of(config) -> Report:
+  return REPORTS[tasks.get(config.task.name).kind]
+
+
+def _mesh(config) -> jax.sharding.Mesh:
+  return sharding.make_mesh(config.mesh.shape, config.mesh.axes)

@@ -1,7 +1,8 @@
 """The translation report: decoders compared side by side on an eval split.
 
-Used by the evaluate job, by periodic evaluation during training and by the
-main job's final table. The decoders run through the harness
+The report of text tasks (`reports.Report`): used by the evaluate job, by
+periodic evaluation during training and by the main job's final table.
+The decoders run through the harness
 (`runner.run`, one timed round over the whole split after compiling); the
 report gives quality, mean accepted block size, model calls, wall-clock,
 speedup over greedy decoding and the fraction of outputs identical to
@@ -19,20 +20,15 @@ as the Transformer paper's multi-bleu figures did (which raises them), so
 those are not directly comparable.
 """
 
-import os
-
-import jax
 import numpy as np
 import sacrebleu
 
 from bpd_jax import generate
 from bpd_jax import predictions
+from bpd_jax import tasks
 from bpd_jax.evaluation import outputs
-from bpd_jax.evaluation import placement as placement_lib
 from bpd_jax.evaluation import runner
-from bpd_jax.evaluation import spec as spec_lib
 from bpd_jax.evaluation.spec import DecoderSpec
-from bpd_jax.infra import sharding
 from bpd_jax.tasks import batching
 
 COLUMNS = ('decoder', 'bleu', 'mean_block', 'model_calls', 'wall_s',
@@ -54,14 +50,14 @@ def bleu(hypotheses: list[str], references: list[str],
   return score, str(metric.get_signature())
 
 
-def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
-             batch_size: int, max_len: int, num_examples: int = 0,
-             mesh=None, log=print) -> dict:
+def evaluate(model, task: tasks.TextualTask, split: str,
+             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
+             num_examples: int = 0, mesh=None, log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
 
   Args:
     model: the Transformer.
-    task: the Task (vocabulary and sentence pairs).
+    task: a text task (vocabulary and sentence pairs).
     split: split name, e.g. 'validation'.
     decoders: greedy must come first: it is the reference of the speedups
       and of identical_to_greedy (a sampling decoder's speedup is over the
@@ -80,6 +76,8 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
     head's teacher-forced accuracy on the greedy outputs (what acceptance
     depends on) and on the references, `predictions.head_accuracy`).
   """
+  log(f'Decoding {split} ({num_examples or "all"} sentences) with '
+      f'{len(decoders)} decoders:')
   pairs = task.pairs(split)[:num_examples or None]
   sources, truncated = task.sources(split, model.config.max_source_len,
                                     num_examples)
@@ -120,27 +118,20 @@ def evaluate(model, task, split: str, decoders: list[DecoderSpec], *,
               rows=rows, head_accuracy=head_accuracy)
 
 
-def report(config, workdir: str, model, task, log=print) -> dict:
-  """Runs the comparison, prints the table, writes the JSON report."""
-  mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
-  model, mesh = placement_lib.placement(model, config, mesh, log)
-  decoders = spec_lib.decoders_from_config(config.eval)
-  log(f'Decoding {config.eval.split} ({config.eval.num_examples or "all"} '
-      f'sentences) with {len(decoders)} decoders:')
-  result = evaluate(
-      model, task, config.eval.split, decoders,
-      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
-      num_examples=config.eval.num_examples, mesh=mesh, log=log)
-  if jax.process_index() == 0:
-    path = os.path.join(workdir, f'eval_{config.eval.split}.json')
-    outputs.save_json(path, result, config)
-    columns = COLUMNS
-    if config.eval.get('tokenized_bleu'):
-      columns = ('decoder', 'bleu', 'bleu_intl') + COLUMNS[2:]
-    log(outputs.table(result['rows'], columns))
-    log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '
-        f'{result["bleu_signature"]}' + (
-            f'; bleu_intl (tokenized, as t2t-bleu): '
-            f'{result["bleu_intl_signature"]}' if 'bleu_intl' in columns
-            else '') + f'. Report: {path}')
-  return result
+def write(result: dict, config, workdir: str, log) -> None:
+  """WORKDIR/eval_<split>.json, and the table with BLEU's signatures
+  (bleu_intl's too with eval.tokenized_bleu)."""
+  columns = COLUMNS
+  if config.eval.get('tokenized_bleu'):
+    columns = ('decoder', 'bleu', 'bleu_intl') + COLUMNS[2:]
+  path = outputs.write_rows(result, config, workdir, columns, log)
+  log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '
+      f'{result["bleu_signature"]}' + (
+          f'; bleu_intl (tokenized, as t2t-bleu): '
+          f'{result["bleu_intl_signature"]}' if 'bleu_intl' in columns
+          else '') + f'. Report: {path}')
+
+
+def training_figures(result: dict) -> dict[str, float]:
+  """Greedy decoding's BLEU."""
+  return {'eval/bleu': result['rows'][0]['bleu']}
