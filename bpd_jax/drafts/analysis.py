@@ -7,7 +7,8 @@ accepted token is the output's token i (head h predicts token i + h - 1).
 Every position is a potential draft, so the statistics cover all of them,
 not only the positions a particular k happens to visit; block efficiency
 is then simulated from the same arrays with the decoder's acceptance rule
-(and cross-checked against a real decode by the job).
+(and cross-checked against a real decode by the job). `analyse` is the
+draft job's second step: all of it on the greedy outputs of its sources.
 
 - consecutive repetition: adjacent equal tokens in a k-token draft (the
   scoring model's token and heads 2..k's argmax), beside the same rate in
@@ -19,9 +20,59 @@ is then simulated from the same arrays with the decoder's acceptance rule
   among a head's top t): the headroom of draft refinement.
 """
 
+from typing import Callable, Sequence
+
 import numpy as np
 
+from bpd_jax import generate
+from bpd_jax import predictions
 from bpd_jax.predictions import targets, top1_accuracy
+from bpd_jax.tasks import batching
+
+# Sources decoded greedily at a time for the analysis.
+_GREEDY_BATCH = 32
+
+
+def analyse(decoder: generate.Decoder, sources: Sequence[Sequence[int]],
+            drafts_config, max_len: int,
+            log: Callable[[str], None]) -> dict:
+  """The heads' drafts on the greedy outputs of `sources`.
+
+  Args:
+    decoder: the model's Decoder.
+    sources: the inputs to decode, each at most the model's
+      max_source_len ids.
+    drafts_config: the config's `drafts` section: ks (block sizes) and
+      top_ts (lattice widths of the oracle).
+    max_len: most tokens generated per source.
+    log: a line per k.
+
+  Returns:
+    dict(examples, tokens: output tokens, confidence: `confidence`'s,
+    per_k: {k: dict(repetition: `repetition`'s, oracle_block_efficiency:
+    {t: tokens per call of `simulate_blocks`})}).
+  """
+  d = drafts_config
+  padded = batching.pad_rows(sources, decoder.config.max_source_len)
+  results = [decoder.greedy(padded[start:start + _GREEDY_BATCH],
+                            max_len=max_len)
+             for start in range(0, len(padded), _GREEDY_BATCH)]
+  outputs = np.concatenate([np.asarray(r.tokens) for r in results])
+  lengths = np.concatenate([np.asarray(r.lengths) for r in results])
+  top, conf = predictions.head_predictions(
+      decoder.model, padded, outputs, heads=max(d.ks), top_t=max(d.top_ts))
+  per_k = {}
+  for k in d.ks:
+    oracle = {}
+    for t in d.top_ts:
+      tokens, calls = simulate_blocks(top, outputs, lengths, k, t)
+      oracle[t] = round(tokens / calls, 3)
+    per_k[k] = dict(repetition=repetition(top, outputs, lengths, k),
+                    oracle_block_efficiency=oracle)
+    log(f'k={k}: {per_k[k]}')
+  return dict(examples=len(sources), tokens=int(lengths.sum()),
+              confidence=confidence(top, conf, outputs, lengths),
+              per_k=per_k)
 
 
 def simulate_blocks(top: np.ndarray, outputs: np.ndarray, lengths: np.ndarray,
