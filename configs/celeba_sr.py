@@ -4,11 +4,8 @@ Stern, Shazeer and Uszkoreit 2018 evaluate blockwise parallel decoding on
 image super-resolution as well as translation: a conditional Image
 Transformer (Parmar et al. 2018) on CelebA faces, center-cropped and
 downsampled to 32x32 targets and 8x8 inputs, generating the 32x32x3 = 3,072
-output intensities one at a time in raster order. The paper reports its
-largest speedups there: a mean accepted block of 5.3 and a 4.0x wall-clock
-speedup with exact verification at its best k, and a mean block of 6.79
-with approximate verification (distance on intensities). Every run is an
-option of this one config:
+output intensities one at a time in raster order. Every run is an option
+of this one config:
 
     k=K              proposal heads (1: the base model; default 8)
     base=finetuned   fine-tune the whole model with the heads (default
@@ -40,7 +37,8 @@ The base (k=1), then heads on it, then approximate verification:
     launch/sweep.py --config=configs/celeba_sr.py --workdir=$RUNS \
         --grid='k=2,4,6,8,10' --fixed='data_dir=$DATA,base=finetuned,init_from=$RUNS/sr_base'
 
-The report, WORKDIR/sr_test.json and the table printed, gives per decoder
+Sized for accelerators: 100k base steps and 50k head steps of 32 images
+(runlocal: minutes on a CPU). The report, WORKDIR/sr_test.json and the table printed, gives per decoder
 (greedy; blockwise for k with exact verification, distance eps and top-T)
 the mean accepted block size, wall-clock per image and speedup, PSNR and
 SSIM against the ground truth and against greedy's output; sr_test.png
@@ -51,10 +49,13 @@ process reads and preprocesses only its shard of the training split
 The model is our choice where the paper leaves it open: encoder 4 layers
 over the 192 input intensities, decoder 8 layers with local 1D attention
 (query blocks of 96 positions, one image row, and the row above),
-d_model 512, d_ff 2048, 8 attention heads, learned positions, batches of
+d_model 512, d_ff 2048, 8 attention heads, image positions, batches of
 32 images, 100k base steps and 50k head steps.
 
-Fields not set here keep configs/base.py's value (documented there).
+What the paper reports, and how to launch on accelerators:
+docs/guide/paper.md; no CelebA run has been measured here yet
+(docs/results/images.md has the CPU demo's). Fields not set here keep
+configs/base.py's value (documented there).
 """
 
 from bpd_jax.infra import config_options

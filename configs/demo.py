@@ -1,60 +1,34 @@
-"""The README's main job: train a translator with its blockwise heads.
+"""The main job: a small translator and its blockwise heads, on a built-in task.
 
     python -m bpd_jax.main --config=configs/demo.py --workdir=/tmp/bpd_demo
 
 On the built-in translation task (bpd_jax/tasks/text/embedded.py: an
 English-like to German-like language pair with reordering and agreement,
-generated, no download) this trains a small Transformer and 8 sequential
-proposal heads together from the start (one phase, 1,000 steps; head 1, the
-model's own output, keeps half the loss so the translator keeps its
-quality), then decodes the 500 validation sentences greedily and blockwise
-for k = 2, 4, 6, 8 at batch size 1 and prints the table: BLEU, mean
-accepted block size, model calls, wall-clock, speedup and the fraction of
-outputs identical to greedy.
+generated, no download) this trains a small Transformer (2+2 layers,
+d_model 128) and 8 sequential proposal heads together from the start (one
+phase; head 1, the model's own output, keeps half the loss so the
+translator keeps its quality; heads 2..8 learn from half the positions),
+then decodes the 500 validation sentences greedily and blockwise for
+k = 2, 4, 6, 8 at batch size 1 and prints the table: BLEU, mean accepted
+block size, model calls, wall-clock, speedup and the fraction of outputs
+identical to greedy. A few minutes on a 2-core CPU.
 
-Expected on a 2-core CPU (measured from a clean clone, idle machine): BLEU
-99.5 for every decoder, identical_to_greedy 1.0, mean accepted block 1.76 /
-2.83 / 3.51 / 4.08 for k = 2 / 4 / 6 / 8, 3.1-3.3 minutes end to end. Where
-the time goes: start-up ~10 s (imports, the generated corpus, the model's
-initialisation), 3 compiles of the train step (one per bucket length,
-~5 s each), 1,000 steps at 6.5-8 a second, and ~25 s for the table (each
-decoder compiled, ~3 s, and run over the 500 sentences).
+Options (`--config=configs/demo.py:quick,heads=independent`):
 
-How the settings were chosen (one run each on one machine whose speed
-drifts by 15%; BLEU, k=8 block, minutes end to end):
+    quick            a one-minute run that shows the pipeline, not the
+                     quality
+    heads=TYPE       the head layer: sequential (default), or the paper's
+                     independent or joint heads, or autoregressive
+                     (models/heads.py); the draft job's refinements need
+                     the paper's heads
+    distilled=DIR    train on a corpus written by `python -m
+                     bpd_jax.distill ... --output_dir=DIR` (the paper's
+                     sequence-level distillation)
 
-  independent (the paper's) heads, a base phase of 500 steps then 1,000
-    fine-tuning the heads with the base, every position: 99.5, 3.97, 4.9;
-  the same, the heads on half the positions: 99.8, 3.85, 3.8; a quarter:
-    98.9, 3.43, 3.5;
-  independent heads with the base from the start, half the positions,
-    1,300 steps: 99.5, 3.94, 3.7 (1,400: 99.7, 3.99, 3.9; head hidden 64:
-    98.9, 3.44; hidden 512 at 1,100 steps: 99.3, 3.81; head 1 weighing
-    0.3: 88.0, 3.34; 0.6: 99.8, 3.97);
-  sequential heads, the same way: 1,100 steps 99.7, 4.11, 3.5; 1,000
-    steps (this config) 99.5, 4.08, 3.1-3.3; a quarter of the positions at
-    1,100 steps: 99.4, 3.93, 3.0; a 100-step warm-up: 99.0, 4.04.
-
-A sequential head reads the token the head before it proposed, so head 8
-need not guess the seven tokens between: for the same steps its blocks are
-longer than the paper's heads'. Half the positions for heads 2..8
-(`train.head_position_fraction`) make a step ~1.45x a base step instead of
-~2x; a quarter loses more block than it saves time. Training the base with
-its heads from the start saves a phase's compiles and gives the heads every
-step. Dropout is off: the generated corpus is far from memorised in two
-epochs, and a step without it is ~10% faster. With `train.freeze_base=True`
-(after a base phase) the base stays bit-identical but the paper's heads
-reach only ~1.5 tokens a call, as the paper also found for frozen bases.
-
-Options (`--config=configs/demo.py:quick`): quick (a one-minute run that
-shows the pipeline, not the quality); heads=TYPE (the head layer:
-sequential, the default, or the paper's independent or joint heads, or
-autoregressive, models/heads.py; the draft job's refinements, Kim et al.'s,
-need the paper's heads: `heads=independent`); distilled=DIR (train on a
-corpus written by `python -m bpd_jax.distill ... --output_dir=DIR`, the
-paper's sequence-level distillation). Any field can be overridden, e.g.
-`--config.train.head_steps=3000 --config.eval.ks=(4,8)`. Fields not set
-here keep configs/base.py's value (documented there).
+Any field can be overridden, e.g. `--config.train.head_steps=3000
+--config.eval.ks=(4,8)`. Results: docs/results/demo.md (with how these
+settings were chosen). Fields not set here keep configs/base.py's value
+(documented there).
 """
 
 from bpd_jax.infra import config_options

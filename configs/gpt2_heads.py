@@ -16,9 +16,9 @@ held-out code prompts.
 Sizes follow the checkpoint: an example is min(128, n_positions / 2)
 tokens, the prompt a quarter of that, continuations half. The repository's
 tests/data/tiny_gpt2 (a tiny random GPT-2 written by
-scripts/make_tiny_gpt2.py) runs this in a minute and shows the pipeline;
-GPT-2 small (124M parameters) trains its heads at a few steps a second on
-an accelerator, far slower on a CPU.
+scripts/make_tiny_gpt2.py) runs this in minutes on a CPU and shows the
+pipeline; GPT-2 small (124M parameters) trains its heads at a few steps a
+second on an accelerator, far slower on a CPU.
 
 Options (`--config=configs/gpt2_heads.py:gpt2=DIR,heads=independent`):
 
@@ -36,7 +36,8 @@ Options (`--config=configs/gpt2_heads.py:gpt2=DIR,heads=independent`):
     inputs=data     what the dependent heads read as the earlier drafts:
                     data (teacher forcing) or own (their own drafts)
 
-Fields not set here keep configs/base.py's value (documented there).
+Guide: docs/guide/language_models.md; no GPT-2 run has been measured here
+yet. Fields not set here keep configs/base.py's value (documented there).
 """
 
 import dataclasses

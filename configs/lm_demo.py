@@ -10,38 +10,40 @@ start, then reports the validation perplexity and decodes validation
 prompts (the first 32 tokens of held-out 128-token examples) greedily and
 blockwise for k = 2, 4, 6, 8, 64 tokens each at batch size 1: mean
 accepted block, model calls, wall-clock, speedup and the fraction of
-continuations identical to greedy.
+continuations identical to greedy. About a quarter of an hour on a 2-core
+CPU.
 
-Expected on a 2-core CPU in about 14 minutes (measured on an idle machine;
-machines of this class differ 2-4x): validation perplexity 30.7,
-identical_to_greedy 1.0 for every decoder, tokens per call 1.67 / 2.35 /
-2.62 / 2.74 at k = 2 / 4 / 6 / 8 (the paper's independent heads,
-`heads=independent`: 1.42 / 1.60 / 1.63 / 1.64, perplexity 33.5), wall
-clock 0.6-1.0x greedy at batch 1 on the CPU (a k-position call of this
-small model costs up to 3.5x a 1-position call). docs/benchmarks.md
-("Language models") has the bench, trees and the draft analysis.
+Options (`--config=configs/lm_demo.py:quick,heads=independent`):
 
-Options (`--config=configs/lm_demo.py:quick,heads=independent`): quick (a
-short run that shows the pipeline, not the quality); heads=TYPE (the head
-layer: sequential, the default, or the paper's independent or joint heads,
-or autoregressive); root=DIR (another directory of Python code instead of
-the standard library); init_from=DIR (start from that run's model and
-vocabulary) and distilled=DIR (train on the model's own continuations):
-the paper's sequence-level distillation, on a trained run $RUNS/lm. With
-init_from, `frozen` trains only new heads on that run's base, which stays
-bit-identical, and the drafter options apply: features=I+J (the
-autoregressive draft layer also reads these lower layers' outputs,
-EAGLE-3), targets=base (heads 2..k learn the base's own distribution at
-each position, what exact verification accepts; default data) and
-inputs=own (the dependent heads read their own drafts in training, as
-when decoding; default data):
+    quick            a short run that shows the pipeline, not the quality
+    heads=TYPE       the head layer: sequential (default), or the paper's
+                     independent or joint heads, or autoregressive
+    root=DIR         another directory of Python code instead of the
+                     standard library
+    init_from=DIR    start from that run's model and vocabulary
+    distilled=DIR    train on the model's own continuations (python -m
+                     bpd_jax.distill): the paper's sequence-level
+                     distillation
+    frozen           with init_from: train only new heads on that run's
+                     base, which stays bit-identical
+    features=I+J     the autoregressive draft layer also reads these lower
+                     layers' outputs (EAGLE-3)
+    targets=base     heads 2..k learn the base's own distribution at each
+                     position, what exact verification accepts (default
+                     data)
+    inputs=own       the dependent heads read their own drafts in
+                     training, as when decoding (default data)
+
+Distillation, on a trained run $RUNS/lm:
 
     python -m bpd_jax.distill --config=configs/lm_demo.py --workdir=$RUNS/lm \
         --output_dir=$RUNS/lm_distilled
     python -m bpd_jax.main --config=configs/lm_demo.py:init_from=$RUNS/lm,distilled=$RUNS/lm_distilled \
         --workdir=$RUNS/lm_on_distilled
 
-Fields not set here keep configs/base.py's value (documented there).
+Results (head types, trees, distillation, the bench, the draft analysis):
+docs/results/code_lm.md. Fields not set here keep configs/base.py's value
+(documented there).
 """
 
 from bpd_jax.infra import config_options

@@ -6,12 +6,8 @@ Reads the plain-text corpus in ../shared/data/multi30k (train.en/.de: 29,000
 pairs; val.en/.de: 1,014), trains a 4k SentencePiece vocabulary on the
 training text (saved as WORKDIR/vocab.model), a 2+2-layer Transformer (phase
 'base'), then 8 proposal heads on the frozen base (phase 'heads'), and
-compares greedy and blockwise decoding on the validation split.
-
-Expected on a 2-core CPU in about 45 minutes (measured: 46, partly beside
-other jobs): BLEU 33.2 for every decoder, identical_to_greedy 1.0, mean
-accepted block 1.33 / 1.44 / 1.45 / 1.45 for k = 2 / 4 / 6 / 8 (frozen base);
-the README's Multi30k section has the whole table.
+compares greedy and blockwise decoding on the validation split. Under an
+hour on a 2-core CPU.
 
 Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
 
@@ -40,23 +36,20 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
                      writes DIR/train.src/.tgt and copies the validation
                      split: BLEU is still against the real references)
 
-The paper's recipe (sequence-level distillation, then fine-tuning), on a
-trained base in $RUNS/base:
+The paper's recipe (sequence-level distillation, then fine-tuning) and the
+other head types, on a trained base in $RUNS/base:
 
     python -m bpd_jax.distill --config=configs/multi30k.py --workdir=$RUNS/base \
         --output_dir=$RUNS/distilled
     python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,distilled=$RUNS/distilled,base=finetuned \
         --workdir=$RUNS/distilled_finetuned
     python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=sequential \
-        --workdir=$RUNS/sequential_frozen
-    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,distilled=$RUNS/distilled,base=finetuned,heads=sequential \
-        --config.train.base_learning_rate_scale=0.4 --config.train.head_steps=2000 \
-        --workdir=$RUNS/distilled_sequential_slow_base
+        --workdir=$RUNS/sequential
+    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=autoregressive,source=base \
+        --workdir=$RUNS/draft_layer_source
 
-(the last, the longest blocks measured: 2.595 tokens per call at k=8, BLEU
-31.56 against the frozen base's 33.44; docs/benchmarks.md has every row).
-
-Fields not set here keep configs/base.py's value (documented there).
+Results, with every setting's command: docs/results/multi30k.md. Fields not
+set here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax.infra import config_options

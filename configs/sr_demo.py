@@ -4,7 +4,7 @@
 
 The super-resolution job of the paper (Stern et al. 2018: an Image
 Transformer, CelebA 8x8 -> 32x32; configs/celeba_sr.py) scaled to run on
-this machine with no download: crops of the colour photos that ship inside
+a CPU with no download: crops of the colour photos that ship inside
 scikit-image and matplotlib (bpd_jax/tasks/images/embedded_photos.py;
 the validation photo is a portrait no training crop comes from). A small
 conditional Image Transformer (the encoder reads the 8x8x3 input's
@@ -17,27 +17,20 @@ distance criterion |proposal - argmax| <= eps for eps = 4 and 16) and
 writes WORKDIR/sr_validation.json and sr_validation.png: per image the
 input, bicubic upsampling, every decoder's output and the ground truth;
 per decoder PSNR and SSIM against the ground truth and against greedy's
-output, the mean accepted block size and the wall-clock per image.
+output, the mean accepted block size and the wall-clock per image. About
+ten minutes on a 2-core CPU.
 
 Exact verification returns greedy's image, pixel for pixel. The distance
 criterion accepts proposals within eps intensities of greedy's choice:
 longer blocks, an image that differs from greedy's by what the PSNR/SSIM
-columns show.
-
-Measured from a clean clone on an idle 2-core CPU (9 minutes): mean
-accepted block 1.41 / 1.77 / 2.02 for k = 2 / 4 / 8 with exact verification
-(identical to greedy; 0.83 / 0.87 / 0.74x greedy's speed: blocks this short
-do not pay for a k-position call on a CPU), 3.78 and 4.57 at k = 8 with
-eps = 4 and 16 (1.36x and 1.62x). What a few CPU minutes do not buy is
-detail: the model follows the input's shapes on some crops and settles on
-a flat colour on others (PSNR 16.5 dB, SSIM 0.39, against bicubic's 28.9
-and 0.89). The paper's quality needs the CelebA run (configs/celeba_sr.py)
-and its training budget.
+columns show. The paper's quality needs the CelebA run
+(configs/celeba_sr.py) and its training budget.
 
 Options (`--config=configs/sr_demo.py:quick`): quick (a one-minute run
 that shows the pipeline, not the quality). Any field can be overridden,
-e.g. `--config.eval.criteria="('exact','distance:2')"`. Fields not set
-here keep configs/base.py's value (documented there).
+e.g. `--config.eval.criteria="('exact','distance:2')"`. Results:
+docs/results/images.md. Fields not set here keep configs/base.py's value
+(documented there).
 """
 
 from bpd_jax.infra import config_options

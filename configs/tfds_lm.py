@@ -3,13 +3,13 @@
 Kim et al. 2024 (arXiv 2404.09221) analyse and refine blockwise drafts of
 decoder-only language models with prediction heads on language modelling
 (LM1B), summarisation (CNN/DailyMail, XSum) and question answering
-(SQuAD v1.1); their headline: refined drafts raise block efficiency by
-+5-21% across these tasks, and consecutive repetition in the heads'
-drafts runs 20-75%. This config trains the same shape of model (a
-decoder-only Transformer, its heads, prompt -> continuation as
-bpd_jax/tasks/lm/tfds_lm.py formats each dataset) at a size one machine
-trains; the paper's models are far larger, so compare its trends (block
-efficiency by task, repetition, refinement gains), not its figures.
+(SQuAD v1.1). This config trains the same shape of model (a decoder-only
+Transformer base, then its heads on the frozen base; prompt ->
+continuation as bpd_jax/tasks/lm/tfds_lm.py formats each dataset) at a
+size one machine trains; the paper's models are far larger, so compare
+its trends (block efficiency by task, repetition, refinement gains), not
+its figures. Sized for accelerators: 100k base steps, 20k head steps
+(runlocal: under a minute on a CPU).
 
     dataset=NAME   lm1b (default), cnn_dailymail, xsum or squad
     data_dir=DIR   the TFDS data dir (default ~/tensorflow_datasets)
@@ -28,7 +28,8 @@ First, once, on a machine with the data:
 
 The report gives the validation perplexity and, for greedy and blockwise
 decoding of the validation prompts, the mean accepted block, model calls,
-wall-clock and identical_to_greedy. Fields not set here keep
+wall-clock and identical_to_greedy. Guide: docs/guide/language_models.md;
+no TFDS run has been measured here yet. Fields not set here keep
 configs/base.py's value (documented there).
 """
 

@@ -17,7 +17,7 @@ newstest2013) at batch size 1. Every row is an option of this one config:
     init_from=DIR    train only the heads, on the base of the run in DIR
                      (base_steps=0; its vocabulary is reused)
     data_dir=DIR     the TFDS data dir (default ~/tensorflow_datasets)
-    runlocal         a tiny model on TFDS mock data: any row in under a
+    runlocal         a tiny model on TFDS mock data: any row in about a
                      minute on a CPU, no data needed (checks the setup)
 
 Launch (one process per host; launch/ has the TPU-pod, GPU-cluster and
@@ -38,41 +38,13 @@ The base (k=1), then each row on it:
     launch/sweep.py --config=configs/wmt14_base.py --workdir=$RUNS \
         --grid='k=2,4,6,8,10 base=frozen,finetuned' --fixed='data_dir=$DATA,init_from=$RUNS/base'
 
-The report (WORKDIR/eval_test.json, and the table printed) gives BLEU
-(sacreBLEU on detokenized output, with its signature), bleu_intl (tokenized
-BLEU as t2t-bleu computes it, the paper's convention) and the mean accepted
-block size for greedy and blockwise decoding.
-
-What each row should reproduce (Stern et al. 2018, NeurIPS version,
-Sections 7.1 and 7.3, read from the paper's text). Exact verification
-keeps the greedy output, so every exact row's BLEU is its base model's
-(here exactly: head 1 is the base's own output; in the paper p1 passes
-the head layer too and BLEU moves a few tenths with k, footnote 1), and
-the mean accepted block size grows with k. Table 1 is on newstest2013 (the
-development set: --config.eval.split=validation), BLEU / mean accepted
-block size:
-
-    k   regular (frozen)  distillation   fine tuning    both
-    1   26.00 / 1.00      26.41 / 1.00
-    2   25.81 / 1.51      26.52 / 1.55   25.74 / 1.78   26.58 / 1.88
-    4   25.84 / 1.73      26.31 / 1.85   25.05 / 2.69   26.36 / 3.27
-    6   26.08 / 1.76      26.26 / 1.90   24.69 / 2.98   26.18 / 4.18
-    8   25.82 / 1.76      26.25 / 1.91   24.27 / 3.01   26.11 / 4.69
-    10  25.69 / 1.74      26.34 / 1.90   23.51 / 2.87   25.60 / 4.95
-
-("both": distilled data and fine-tuning; the pre-trained base alone gives
-25.56 greedy.) Approximate verification on the "both" models: top-2
-k=2,4,6,8,10: 26.49 / 1.92, 26.22 / 3.47, 25.90 / 4.59, 25.71 / 5.34,
-25.04 / 5.67; top-3: 26.41 / 1.93, 26.14 / 3.52, 25.56 / 4.69,
-25.41 / 5.52, 24.68 / 5.91. min_block 2 or 3: no figures, "much larger
-drops in BLEU" for "only minor" gains in block size. Wall clock: the
-translation speed-up peaks at 3.3x at k=8, mean block 4.7 ("both"
-column, Figure 4). Table 4 (newstest2014, our default split, "both"
-models, single-sentence decoding, over the k=1 model's greedy), BLEU
-and speed-up: k=1 29.11 (1.00x), 2: 28.95 (1.72x), 4: 28.54 (2.69x),
-6: 28.11 (3.10x), 8: 27.88 (3.31x), 10: 27.40 (3.04x). The paper names
-no hardware for the timings (8 P100 GPUs only for training). The
-abstract's "up to 7x" and 4x wall clock are image super-resolution.
+Sized for accelerators: 100k base steps and 100k head steps of ~32k
+tokens (runlocal: a minute on a CPU). The report (WORKDIR/eval_test.json,
+and the table printed) gives BLEU (sacreBLEU on detokenized output, with
+its signature), bleu_intl (tokenized BLEU as t2t-bleu computes it, the
+paper's convention) and the mean accepted block size for greedy and
+blockwise decoding. Exact verification keeps the greedy output, so every
+exact row's BLEU is its base model's (head 1 is the base's own output).
 
 Training as the paper: Transformer base (6+6 layers, d_model 512, d_ff 2048,
 8 attention heads, dropout 0.1, label smoothing 0.1), Adam (0.9, 0.98,
@@ -82,7 +54,10 @@ the joint head layer, one random head's loss per step. Step counts (100k
 base, 100k heads) are our choice; the paper's: 1,000,000 base steps on 8
 P100 GPUs, then 1,000,000 for each head model.
 
-Fields not set here keep configs/base.py's value (documented there).
+What each row should reproduce (the paper's Table 1 and 4, read from its
+text) and how to launch: docs/guide/paper.md; no WMT14 run has been
+measured here yet. Fields not set here keep configs/base.py's value
+(documented there).
 """
 
 from bpd_jax.infra import config_options
