@@ -1,5 +1,10 @@
 """k='auto': the block size with the most expected tokens per second.
 
+`Auto` is that decode, as `decoding.DecodeOptions` is a fixed one:
+`generate.Decoder.decode(inputs, Auto(max_len, tuning))` decodes each batch
+shape with the `DecodeOptions` its tuning chooses (`Decoder.blockwise(...,
+k='auto', tuning=...)` is the same call).
+
 Blockwise decoding pays only where the accepted blocks outgrow the extra cost
 of a k-position call, and both sides move: T(k) depends on the machine and
 the batch size (on a CPU it grows with k and with the batch, on an
@@ -13,17 +18,17 @@ the data. `AutoK` puts the two together:
   at k: example i's mean block E_i[min(j, k)], its calls L_i / E_i[min(j,
   k)]. The estimate runs low, and lower for the slowest examples of a
   batch (a call that starts inside a long run of right proposals, as
-  calls at a smaller k do, is not seen by the largest k's decode):
-  measured on Multi30k it put greedy ahead at batch 8 where k = 2 ran
-  1.16x faster, so `tune_k` decodes every candidate.
+  calls at a smaller k do, is not seen by the largest k's decode), enough
+  to put greedy ahead where a small k ran faster, so `tune_k` decodes
+  every candidate.
 - Step costs T_B(k): the seconds of one iteration of the real decoding loop
   (model call, verification and bookkeeping) for every k at batch size B,
   measured on this machine the first time a batch shape is decoded
   (`timing.loop_iteration_seconds`), then kept.
 - A batch runs until its slowest example ends, so k's expected time at
   batch B is E[max over B examples of calls_i(k)] x T_B(k), the expectation
-  taken over random batches of the calibration examples. k = 1 stands for
-  greedy decoding (L_i calls at greedy's T_B(1)).
+  taken over random batches of the calibration examples. k = 1 is greedy
+  decoding (L_i calls at T_B(1)), as everywhere (`decoding.options`).
 
 The fastest k wins, but blockwise decoding must beat greedy's expected time
 by `margin` to be chosen: where the predicted gain is within the model's
@@ -46,6 +51,7 @@ import numpy as np
 
 from bpd_jax import decoding
 from bpd_jax import predictions
+from bpd_jax import timing
 from bpd_jax.infra import atomic_files
 
 # Random batches the expected slowest example is averaged over.
@@ -247,6 +253,67 @@ class AutoK:
          for name, seconds in c['seconds'].items()}
         for c in data['step_costs']}
     return tuning
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Auto:
+  """k='auto' as a decode: per batch shape, the k (1: greedy decoding) or
+  Tree its tuning expects to be fastest on this machine.
+
+  Attributes:
+    max_len: most tokens generated per example.
+    tuning: the acceptance statistics and step costs (`tune_k`).
+    criterion: the verification criterion; the tuning's own.
+  """
+  max_len: int
+  tuning: AutoK
+  criterion: decoding.Criterion = decoding.Exact()
+
+  def check(self) -> None:
+    """Raises ValueError where the tuning does not hold for this decode;
+    each chosen decode's own options are checked as any decode's."""
+    if not isinstance(self.tuning, AutoK):
+      raise ValueError("k='auto' needs tuning=auto_k.tune_k(decoder, "
+                       "calibration_inputs, max_len=...).")
+    if not isinstance(self.criterion, decoding.Criterion):
+      raise ValueError(f'criterion={self.criterion!r} is not a '
+                       f'decoding.Criterion.')
+    if self.criterion.spec != self.tuning.criterion:
+      raise ValueError(f'the tuning holds for criterion '
+                       f'{self.tuning.criterion!r}, not '
+                       f'{self.criterion.spec!r}: tune with the criterion '
+                       f'you decode with.')
+
+  def options(self, candidate) -> decoding.DecodeOptions:
+    """The decode of a candidate: a k (1: greedy decoding) or a Tree."""
+    if isinstance(candidate, decoding.Tree):
+      return decoding.DecodeOptions(max_len=self.max_len,
+                                    k=candidate.depth + 1,
+                                    criterion=self.criterion, tree=candidate)
+    return decoding.DecodeOptions(max_len=self.max_len, k=candidate,
+                                  criterion=self.criterion)
+
+  def choose(self, decoder, inputs) -> decoding.DecodeOptions:
+    """The options to decode `inputs` [batch, length] with; the first
+    time a shape is seen, each candidate's loop is timed on `decoder` (a
+    `generate.Decoder`, `timing.loop_iteration_seconds`)."""
+    batch_size, length = _shape(inputs)
+    return self.options(self.tuning.choose(
+        (batch_size, length, self.max_len),
+        lambda candidate: timing.loop_iteration_seconds(
+            decoder, self.options(candidate), batch_size, length)))
+
+  def chosen(self, batch_size: int, length: int) -> decoding.DecodeOptions:
+    """What `choose` decided for inputs of this shape."""
+    return self.options(self.tuning.chosen((batch_size, length,
+                                            self.max_len)))
+
+
+def _shape(inputs) -> tuple[int, int]:
+  shape = np.shape(inputs)
+  if len(shape) != 2:
+    raise ValueError(f'inputs must be [batch, length]; got shape {shape}.')
+  return shape
 
 
 def tune_k(decoder, inputs, *, max_len: int,

@@ -40,8 +40,6 @@ from flax import nnx
 from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import rescorers
-from bpd_jax import timing
-from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.infra import numeric
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.models.transformer import Transformer
@@ -53,10 +51,11 @@ class Decoder:
   The model is taken apart once: the compiled program closes over its
   structure, and a call passes only the flat list of weight arrays
   (flattening an NNX object graph and hashing its structure on every call
-  costs ~0.3 ms for the demo model, a third of decoding a sentence at batch
-  1). A Decoder holds the weights as they were when it was made: after
-  changing the model (more training), make a new one. `greedy` and
-  `blockwise`, the module functions, make one for a single call.
+  is a fixed cost that weighs most at batch 1, where a short sentence's
+  whole decode is not much more). A Decoder holds the weights as they were
+  when it was made: after changing the model (more training), make a new
+  one. `greedy` and `blockwise`, the module functions, make one for a
+  single call.
   """
 
   def __init__(self, model: Transformer, mesh=None,
@@ -83,15 +82,16 @@ class Decoder:
     """Programs compiled for this model structure (to see recompiles)."""
     return self._decode._cache_size()  # pylint: disable=protected-access
 
-  def decode(self, inputs, options: decoding.DecodeOptions, *,
-             rescorer=None, iterations=None,
+  def decode(self, inputs, options: decoding.DecodeOptions | auto_k.Auto,
+             *, rescorer=None, iterations=None,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
     """Decodes a batch as `options` say: the one path of every decode.
 
     Args:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
-      options: the decode (greedy for k = 0, else blockwise).
+      options: the decode (k = 1: greedy decoding), or `auto_k.Auto`: the
+        options its tuning chooses for this batch shape.
       rescorer: the model of the refinement's rescorer: an
         `rescorers.ngram.NgramModel` ('ngram') or a decoder-only
         Transformer on the same vocabulary ('neural'); None otherwise.
@@ -105,11 +105,14 @@ class Decoder:
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics;
-      block_sizes has max(k, 1) + 1 columns.
+      block_sizes has k + 1 columns.
     """
+    if isinstance(options, auto_k.Auto):
+      options.check()
+      options = options.choose(self, inputs)
     if not isinstance(options, decoding.DecodeOptions):
       raise ValueError(f'options={options!r} is not a '
-                       f'decoding.DecodeOptions.')
+                       f'decoding.DecodeOptions or an auto_k.Auto.')
     inputs = self._checked(inputs, options)
     arguments = structure = None
     if options.refinement is not None:
@@ -120,7 +123,7 @@ class Decoder:
     elif rescorer is not None:
       raise ValueError('a rescorer was given without a refinement.')
     sampler, keys = self._sampling(options, inputs, key)
-    return self._decode(self._weights, self.layout(options.block), inputs,
+    return self._decode(self._weights, self.layout(options.k), inputs,
                         options=options.static(),
                         rescorer_structure=structure, rescorer=arguments,
                         iterations=_iteration_count(iterations),
@@ -180,10 +183,10 @@ class Decoder:
     Args:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
-      k: block size, 1 <= k <= the model's num_proposal_heads; or 'auto':
-        the k (or, tuned with tree sizes, the tree) `tuning` expects to be
-        fastest at this batch size on this machine, greedy decoding where
-        none pays (see `auto_k.tune_k`).
+      k: block size, 1 <= k <= the model's num_proposal_heads (1: greedy
+        decoding); or 'auto': the k (or, tuned with tree sizes, the tree)
+        `tuning` expects to be fastest at this batch size on this machine,
+        greedy decoding where none pays (`auto_k.Auto`, `auto_k.tune_k`).
       max_len: most tokens to generate per example.
       criterion: Exact() (output identical to greedy), TopK(t) or
         Distance(eps).
@@ -202,53 +205,21 @@ class Decoder:
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
-      block_sizes has k + 1 columns (2 where 'auto' chose greedy decoding).
+      block_sizes has k + 1 columns (for 'auto', of the k it chose).
     """
-    if k == 'auto':
+    if k == 'auto':  # The public spelling, made an `auto_k.Auto` here.
       if refinement is not None or tree is not None:
         raise ValueError("k='auto' does not take a refinement or a tree.")
       if sampler is not None:
         raise ValueError("k='auto' does not take a sampler: its tuning "
                          "measures argmax acceptance.")
-      k = self._auto_k(inputs, max_len, criterion, min_block, tuning)
-      if isinstance(k, decoding.Tree):
-        k, tree = k.depth + 1, k
-      elif k == 1:
-        return self.greedy(inputs, max_len=max_len)
-    if not numeric.is_integer(k) or k < 1:  # k = 0 would mean greedy.
-      raise ValueError(f'k={k!r} must be an integer in [1, '
-                       f'{self.config.num_proposal_heads}], the model\'s '
-                       f'number of proposal heads.')
+      if min_block != 1:
+        raise ValueError(f"k='auto' takes min_block=1, not {min_block}.")
+      return self.decode(inputs, auto_k.Auto(max_len, tuning, criterion))
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement, sampler=sampler, tree=tree),
                        rescorer=rescorer, key=key)
-
-  def _auto_k(self, inputs, max_len, criterion, min_block, tuning):
-    """The k (1: greedy decoding) or Tree that `tuning` picks for this
-    input."""
-    if not isinstance(tuning, auto_k.AutoK):
-      raise ValueError("k='auto' needs tuning=auto_k.tune_k(decoder, "
-                       "calibration_inputs, max_len=...).")
-    if criterion.spec != tuning.criterion:
-      raise ValueError(f'the tuning holds for criterion '
-                       f'{tuning.criterion!r}, not {criterion.spec!r}: tune '
-                       f'with the criterion you decode with.')
-    if min_block != 1:
-      raise ValueError(f"k='auto' takes min_block=1, not {min_block}.")
-    shape = np.shape(inputs)
-    if len(shape) != 2:
-      raise ValueError(f'inputs must be [batch, length]; got shape {shape}.')
-
-    def measure(k):  # k = 1 stands for greedy decoding.
-      if isinstance(k, decoding.Tree):
-        options = decoding.DecodeOptions(max_len=max_len, k=k.depth + 1,
-                                         tree=k)
-      else:
-        options = decoding.DecodeOptions(max_len=max_len,
-                                         k=0 if k == 1 else k)
-      return timing.loop_iteration_seconds(self, options, *shape[:2])
-    return tuning.choose((shape[0], shape[1], max_len), measure)
 
   def lower(self, inputs, options: decoding.DecodeOptions):
     """The decode's program lowered for these inputs (`jax.stages.Lowered`),
@@ -260,7 +231,7 @@ class Decoder:
     sampler, keys = self._sampling(options, inputs, 0)
     # The same arguments as `decode` passes, each by name: a call that left
     # one out would trace (and compile) a program of its own.
-    return self._decode.lower(self._weights, self.layout(options.block),
+    return self._decode.lower(self._weights, self.layout(options.k),
                               inputs, options=options.static(),
                               rescorer_structure=None, rescorer=None,
                               iterations=_iteration_count(None),
@@ -285,7 +256,7 @@ class Decoder:
     """The inputs checked against the options and placed on the mesh."""
     options.check(self.config.num_proposal_heads, self.config.vocab_size,
                   heads_lib.dependent(self.config.head_layer))
-    if options.scored > options.block and self.config.local_window:
+    if options.scored > options.k and self.config.local_window:
       raise ValueError('several drafts a call (a tree or a refinement of '
                        'p > 1) are verified as a token tree, which local '
                        'attention (image models) does not serve.')
@@ -391,7 +362,7 @@ def check_inputs(config, inputs,
   needed = options.required_positions(prompt_length)
   if needed > config.max_target_len:
     raise ValueError(
-        f'decoding {options.max_len} tokens (k={options.block}) after a '
+        f'decoding {options.max_len} tokens (k={options.k}) after a '
         f'prompt of {prompt_length} needs {needed} decoder positions; the '
         f'model has max_target_len={config.max_target_len}. Lower max_len '
         f'or raise max_target_len.')
@@ -410,7 +381,7 @@ def _decode_body(model: Transformer, weights, inputs,
                  sampler=None, keys=None):
   """The whole decode of a batch: encoder, prompt pass, decoding loop.
 
-  `weights` are the model's `decoding_weights(options.block)`; `rescore`
+  `weights` are the model's `decoding_weights(options.k)`; `rescore`
   the refinement's rescoring function (None without one); `sampler` and
   `keys` [batch] those of a sampled decode (options.sampling).
   """
@@ -422,7 +393,7 @@ def _decode_body(model: Transformer, weights, inputs,
   else:
     source, prompt = None, inputs
   prompt_lengths = (prompt != config.pad_id).sum(axis=1).astype(jnp.int32)
-  k = options.block
+  k = options.k
   cache = model.init_cache(batch, options.cache_positions(prompt.shape[1]),
                            source)
   proposals = dict(proposal_logits=functools.partial(
@@ -438,15 +409,9 @@ def _decode_body(model: Transformer, weights, inputs,
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
              pad_id=config.pad_id, iterations=iterations)
   if options.sampling:
-    sampled = dict(sampler=sampler, keys=keys, **ids)
-    if options.greedy:
-      return decoding.sampling.ancestral_decode(fns, cache, prompt,
-                                                prompt_lengths, **sampled)
     return decoding.sampling.blockwise_sample_decode(
-        fns, cache, prompt, prompt_lengths, k=k,
-        criterion=options.criterion, **sampled)
-  if options.greedy:
-    return decoding.greedy_decode(fns, cache, prompt, prompt_lengths, **ids)
+        fns, cache, prompt, prompt_lengths, k=k, sampler=sampler, keys=keys,
+        criterion=options.criterion, **ids)
   return decoding.blockwise_decode(
       fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
       min_block=options.min_block, tree=options.tree,

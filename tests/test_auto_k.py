@@ -129,8 +129,14 @@ def test_auto_decodes_with_the_k_the_costs_favour():
     result = generate.blockwise(model, inputs, k='auto', max_len=12,
                                 tuning=tuning)
     np.testing.assert_array_equal(result.tokens, reference.tokens)
-    # Greedy decoding's histogram has 2 columns, k's k + 1.
-    assert result.block_sizes.shape[1] - 1 == expected
+    assert result.block_sizes.shape[1] - 1 == expected  # k + 1 columns.
+    # The same decode as an object: the options it chose for this shape.
+    auto = auto_k.Auto(12, tuning)
+    assert auto.chosen(4, 6) == decoding.DecodeOptions(max_len=12,
+                                                       k=expected)
+    np.testing.assert_array_equal(
+        generate.Decoder(model).decode(inputs, auto).tokens,
+        reference.tokens)
 
 
 def test_auto_measures_each_new_shape_once(monkeypatch):
@@ -141,13 +147,12 @@ def test_auto_measures_each_new_shape_once(monkeypatch):
   def fake_seconds(decoder_, options, batch_size, input_len):
     assert decoder_ is decoder
     measured.append((options.k, batch_size, input_len, options.max_len))
-    return {0: 1.0, 2: 1.1}[options.k]
-  monkeypatch.setattr(generate.timing, 'loop_iteration_seconds',
-                      fake_seconds)
+    return {1: 1.0, 2: 1.1}[options.k]
+  monkeypatch.setattr(auto_k.timing, 'loop_iteration_seconds', fake_seconds)
   tuning = auto_k.AutoK(np.array([[0, 0, 0, 4]] * 4), candidates=(2,))
   result = decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
-  # Greedy's loop (options k = 0, standing for k = 1) and k = 2's.
-  assert sorted(measured) == [(0, 1, 6, 8), (2, 1, 6, 8)]
+  # Greedy decoding's loop (k = 1) and k = 2's.
+  assert sorted(measured) == [(1, 1, 6, 8), (2, 1, 6, 8)]
   assert tuning.step_costs == {(1, 6, 8): {1: 1.0, 2: 1.1}}
   assert result.block_sizes.shape == (1, 3)
   # The next call of that shape only looks its choice up.

@@ -2,6 +2,7 @@
 
 import json
 
+import ml_collections
 import pytest
 
 from bpd_jax.bench import report
@@ -36,3 +37,14 @@ def test_writes_json_markdown_and_plot(tmp_path):
 def test_rows_missing_columns(tmp_path):
   with pytest.raises(ValueError, match='rows lack columns'):
     report.write([dict(decoder='greedy')], {}, str(tmp_path))
+
+
+def test_meta_names_the_run():
+  config = ml_collections.ConfigDict(dict(eval=dict(split='validation',
+                                                    max_len=12)))
+  meta = report.meta(config, '/runs/x', init='random', examples=4,
+                     repeats=2, seconds=7.6)
+  assert (meta['split'], meta['max_len'], meta['examples'], meta['repeats'],
+          meta['seconds'], meta['init']) == ('validation', 12, 4, 2, 8,
+                                             'random')
+  assert meta['config'] == config.to_dict() and meta['devices'] >= 1

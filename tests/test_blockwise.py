@@ -163,12 +163,27 @@ def test_min_block_appends_at_least_l_tokens_per_call():
   assert (result.block_sizes[:, 2:min_block] == 0).all()
 
 
-def test_k1_is_greedy():
-  result = decode('oracle', 1, 20)
+@pytest.mark.parametrize('max_len', [1, 5, 12, 20])
+def test_k1_is_plain_python_greedy_per_example(max_len):
+  # Greedy decoding is the loop at k = 1: one call a token, no proposals.
+  result = decode('oracle', 1, max_len)
   for i in range(len(PROMPT)):
-    expected = greedy_reference(i, 20)
-    np.testing.assert_array_equal(result.tokens[i, :len(expected)], expected)
-    assert result.model_calls[i] == len(expected)
+    expected = greedy_reference(i, max_len)
+    n = len(expected)
+    np.testing.assert_array_equal(result.tokens[i, :n], expected)
+    assert (result.tokens[i, n:] == fake_model.PAD).all()
+    assert result.lengths[i] == n
+    assert result.model_calls[i] == n  # One call per token.
+    np.testing.assert_array_equal(result.block_sizes[i], [0, n])
+
+
+def test_greedy_keeps_eos_and_ends_the_example():
+  # Tokens at positions 2, 3; eos at 4.
+  result = decode('oracle', 1, 10, prompt=[[3, 4]], lengths=[2],
+                  eos_position=[4])
+  assert result.lengths[0] == 3
+  assert result.tokens[0, 2] == fake_model.EOS
+  assert (result.tokens[0, 3:] == fake_model.PAD).all()
 
 
 def test_batch_equals_each_example_alone():
@@ -193,11 +208,6 @@ def test_verify_takes_the_longest_acceptable_prefix():
       blockwise.verify(Exact(), proposals, logits, 3), [3, 3, 3])
 
 
-def test_min_block_out_of_range_is_rejected():
-  with pytest.raises(ValueError, match='min_block=5 must be in'):
-    decode('oracle', 4, 10, min_block=5)
-  with pytest.raises(ValueError, match='min_block=0'):
-    decode('oracle', 4, 10, min_block=0)
 
 
 # --- Draft refinement: several drafts per example, verified in one call.

@@ -34,13 +34,21 @@ def test_bad_specs(spec, message):
      r'\[1, k=2\]'),
     (dict(max_len=4, k=2, criterion='exact'), "criterion='exact' is not"),
     (dict(max_len=4, k=2, criterion=TopK(51)), 't=51 exceeds the vocabulary'),
-    (dict(max_len=4, min_block=2), 'greedy decoding .k=0. takes no'),
+    # Greedy decoding is k=1: its limits are those of every k.
+    (dict(max_len=4, min_block=2), r'min_block=2 must be an integer in '
+     r'\[1, k=1\]'),
+    (dict(max_len=4, k=0), r'k=0 must be an integer in \[1, 4\], the '
+     r"model's number of proposal heads \(1: greedy decoding\)"),
+    (dict(max_len=4, k=3, min_block=0), r'min_block=0 must be an integer in '
+     r'\[1, k=3\]'),
+    (dict(max_len=4, k=3, min_block=2,
+          refinement=Refinement(drafts=2, top_t=2)),
+     'min_block=2: a tree has no one draft to accept unverified'),
     (dict(max_len=4, k=3, refinement=Refinement(drafts=5, top_t=2)),
      r'drafts=5 exceeds the 2\^2 = 4'),
     # Bools are not integers: True would decode one token, k=False greedily.
     (dict(max_len=True), 'max_len=True must be an integer >= 1'),
-    (dict(max_len=4, k=False), r'k=False must be an integer: 0 \(greedy '
-     r'decoding\) or a block size in \[1, 4\]'),
+    (dict(max_len=4, k=False), r'k=False must be an integer in \[1, 4\]'),
     (dict(max_len=4, k=2.0), 'k=2.0 must be an integer'),
     (dict(max_len=4, min_block=True), r'min_block=True must be an integer'),
     (dict(max_len=4, k=2, min_block=True), 'min_block=True must be an '
@@ -75,15 +83,23 @@ def test_bad_refinement_fields(kwargs, message):
 
 def test_from_specs():
   options = DecodeOptions.from_specs(max_len=9, k=3, criterion='top-k:2',
-                                     min_block=2, refinement='ngram:p=2,t=2')
+                                     min_block=2, refinement='ngram:t=2')
   assert options == DecodeOptions(
       max_len=9, k=3, criterion=TopK(2), min_block=2,
-      refinement=Refinement(drafts=2, top_t=2, rescorer='ngram'))
+      refinement=Refinement(top_t=2, rescorer='ngram'))
   assert DecodeOptions.from_specs(max_len=9).criterion == Exact()
   options.check(num_heads=3, vocab_size=50)
 
 
-def test_block_and_positions():
-  assert DecodeOptions(max_len=9).block == 1
+def test_greedy_is_k1_and_positions():
+  assert DecodeOptions(max_len=9).k == 1
   assert DecodeOptions(max_len=9).required_positions(1) == 10
   assert DecodeOptions(max_len=9, k=4).required_positions(3) == 15
+
+
+def test_a_criterion_at_k1_compiles_as_greedy():
+  # Nothing to verify at k = 1: one compilation key for every criterion.
+  assert DecodeOptions(max_len=9, criterion=TopK(2)).static() == (
+      DecodeOptions(max_len=9).static())
+  assert DecodeOptions(max_len=9, k=2, criterion=TopK(2)).static() != (
+      DecodeOptions(max_len=9, k=2).static())

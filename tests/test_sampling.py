@@ -102,7 +102,7 @@ def chi_square_p_value(samples: list[tuple], exact: dict) -> float:
 
 def sample_many(model, sampler, k, key=0):
   source = np.repeat(SOURCE, SAMPLES, axis=0)
-  if k == 0:
+  if k == 1:
     return generate.sample(model, source, max_len=MAX_LEN, sampler=sampler,
                            key=key)
   return generate.blockwise(model, source, k=k, max_len=MAX_LEN,
@@ -110,7 +110,7 @@ def sample_many(model, sampler, k, key=0):
 
 
 @pytest.mark.parametrize('k,head_layer', [
-    (0, 'independent'),  # Ancestral sampling: the reference itself.
+    (1, 'independent'),  # Ancestral sampling: the reference itself.
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
     (3, 'autoregressive'), (3, 'autoregressive:source=base'),
@@ -126,7 +126,7 @@ def test_samples_have_the_base_models_distribution(k, head_layer):
     p_value = chi_square_p_value(outcomes(result),
                                  exact_distribution(model, sampler))
     assert p_value > ALPHA, (sampler, p_value)
-    if k:  # The rule accepted proposals: fewer calls than tokens.
+    if k > 1:  # The rule accepted proposals: fewer calls than tokens.
       assert float(result.mean_block_size) > 1.05, sampler
 
 
@@ -288,7 +288,7 @@ def test_specs_round_trip():
      "not 'top-k:2'"),
     (decoding.Sampler(1.0), dict(k=3, min_block=2), 'min_block=1, not 2'),
     (decoding.Sampler(1.0), dict(criterion=decoding.Typical(0.3, 0.09)),
-     r'ancestral sampling \(k=0\) takes no criterion'),
+     r'ancestral sampling \(k=1\) takes no criterion'),
     # Bools are not numbers here: True would be taken as 1.
     (decoding.Sampler(True), {}, r'temperature=True must be a finite number'),
     (decoding.Sampler(float('inf')), {}, r'temperature=inf must be a finite'),

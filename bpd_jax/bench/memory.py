@@ -24,6 +24,6 @@ def peak_bytes(decoder, inputs, options: decoding.DecodeOptions) -> int:
   """
   stats = decoder.lower(inputs, options).compile().memory_analysis()
   held = jax.tree.leaves((nnx.state(decoder.model),
-                          decoder.layout(options.block)))
+                          decoder.layout(options.k)))
   return int(sum(x.nbytes for x in held) + np.asarray(inputs).nbytes
              + stats.output_size_in_bytes + stats.temp_size_in_bytes)

@@ -1,7 +1,9 @@
 """The benchmark's outputs: bench.json, bench.md and bench.png."""
 
 import os
+import time
 
+import jax
 import matplotlib
 matplotlib.use('Agg')  # Files only: no display on servers and in CI.
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -66,6 +68,18 @@ def plot(rows: list[dict], path: str) -> None:
       figure.savefig(temp, dpi=120)
   finally:
     plt.close(figure)
+
+
+def meta(config, workdir: str, *, init: str, examples: int, repeats: int,
+         seconds: float) -> dict:
+  """What bench.json says of its run besides the rows: the config, the
+  data, the machine, the date."""
+  return dict(config=config.to_dict(), workdir=workdir, init=init,
+              split=config.eval.split, examples=examples,
+              max_len=config.eval.max_len, repeats=repeats,
+              quality='BLEU (sacreBLEU, detokenized)',
+              device=str(jax.devices()[0]), devices=jax.device_count(),
+              seconds=round(seconds), date=time.strftime('%Y-%m-%d %H:%M'))
 
 
 def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:

@@ -9,6 +9,13 @@ the last accepted position give the next block (combined scoring and
 proposal): one model call per iteration, m tokens in 1 + ceil((m - 1) / k)
 calls when every proposal is right, and never more calls than greedy.
 
+Greedy decoding is this loop at k = 1 (one position a call, nothing
+proposed or verified): the reference exact decoding must reproduce token
+for token, with no loop of its own to keep in step (a separate greedy loop
+cost the same per iteration). Sampling (`sampling.py`) runs its own step
+over the same state: its first call (`start`), bookkeeping
+(`append_accepted`, `advance`) and result (`result`) are these.
+
 Shapes are fixed: the output buffer is padded to max_len + k, every example
 keeps its own length, a block is written at each example's own offset, and
 the cache entries of rejected proposals are masked by position and later
@@ -48,7 +55,8 @@ class BlockwiseState:
     block: the next call's draft: [batch, k], block[:, 0] the last
       accepted token (tokens[:, lengths - 1]), block[:, 1:] the proposals
       after it; or, verifying several drafts, a `tree.TreeBlock` (its root
-      the last accepted token).
+      the last accepted token); or, sampling, a `sampling.SampledBlock`
+      (the draft and the distributions it was drawn from).
     cache: the model's cache.
     model_calls: [batch] calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram of tokens appended per call.
@@ -94,16 +102,21 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      ) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
+  The options are `DecodeOptions.check`'s to check (min_block in [1, k],
+  1 with several drafts a call).
+
   Args:
     fns: the model's decoding functions; `proposal_logits` (or `draft`)
-      gives heads 2..k; several drafts a call need `extend_tree` and
-      `commit`.
+      gives heads 2..k (unused at k = 1); several drafts a call need
+      `extend_tree` and `commit`.
     cache: an empty cache of `prompt.required_positions(P, max_len, n)`,
       n the positions a call scores (k, or the tree's nodes).
     prompt: [batch, P] right-padded decoder prompts (bos_id alone for an
       encoder-decoder).
     prompt_lengths: [batch] valid prompt tokens per example, >= 1.
-    k: block size: tokens scored per call, >= 1 (1 is greedy decoding).
+    k: block size: tokens scored per call, >= 1; 1 is greedy decoding (one
+      token a call, no proposals), the output exact blockwise decoding
+      reproduces.
     max_len: most tokens to generate per example, >= 1.
     eos_id: end-of-sequence id (kept in the output).
     pad_id: filler past each example's end.
@@ -122,56 +135,73 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
-  if not 1 <= min_block <= k:
-    raise ValueError(f'min_block={min_block} must be in [1, k={k}].')
-  batch = prompt.shape[0]
-  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
-                                           prompt_lengths)
-  first = prompt_lib.argmax(fns.next_token_logits(
-      ops.take_at(features, prompt_lengths - 1)))
   propose = _plain_draft
   if k > 1 and refinement is not None and not refinement.is_plain:
     propose = functools.partial(_refined_drafts, refinement, rescore)
   elif k > 1 and tree is not None and not tree.is_chain:
     propose = functools.partial(_tree_drafts, tree)
+  propose = functools.partial(propose, fns, k=k)
+  ids = dict(k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+  state = start(fns, cache, prompt, prompt_lengths, prompt_lib.argmax,
+                propose, **ids)
+  if isinstance(state.block, tree_lib.TreeBlock):
+    if fns.extend_tree is None or fns.commit is None:
+      raise ValueError('several drafts a call need the model\'s '
+                       'extend_tree and commit (DecodingFns).')
+    step = functools.partial(_tree_step, fns, prompt_lengths, propose,
+                             criterion=criterion, **ids)
+  else:
+    step = functools.partial(_blockwise_step, fns, prompt_lengths, propose,
+                             criterion=criterion, min_block=min_block, **ids)
+  return result(prompt_lib.run_loop(step, state, iterations), max_len)
+
+
+def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
+          prompt_lengths: jax.Array, choose, propose, *, k: int,
+          max_len: int, eos_id: int, pad_id: int) -> BlockwiseState:
+  """The first call: the prompt pass, its token and the first draft.
+
+  Shared by every loop (argmax and sampled): it yields the first token
+  and proposes from the same outputs, so it counts as one call that
+  appended one token.
+
+  Args:
+    fns, cache, prompt, prompt_lengths: as `blockwise_decode`'s.
+    choose: head 1's logits [batch, vocab] -> the first tokens [batch]
+      (argmax, or a draw).
+    propose: (cache, features [batch, P, ...], next_tokens [batch, P],
+      start [batch], last [batch], tokens, lengths) -> (the first draft,
+      cache); see `_plain_draft`.
+    k, max_len, eos_id, pad_id: as `blockwise_decode`'s.
+  """
+  batch = prompt.shape[0]
+  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
+                                           prompt_lengths)
+  first = choose(fns.next_token_logits(
+      ops.take_at(features, prompt_lengths - 1)))
   tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
       first)
   lengths = jnp.ones((batch,), jnp.int32)
   block, cache = propose(
-      fns, cache, features,
+      cache, features,
       prompt_lib.prompt_next_tokens(prompt, prompt_lengths, first),
-      jnp.zeros_like(prompt_lengths), prompt_lengths - 1, tokens, lengths, k)
-  state = BlockwiseState(
+      jnp.zeros_like(prompt_lengths), prompt_lengths - 1, tokens, lengths)
+  return BlockwiseState(
       tokens=tokens, lengths=lengths,
       done=(first == eos_id) | (max_len == 1), block=block, cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
-  if isinstance(block, tree_lib.TreeBlock):
-    if min_block != 1:
-      raise ValueError(f'min_block={min_block}: a tree has no one draft to '
-                       f'accept unverified; use min_block=1.')
-    if fns.extend_tree is None or fns.commit is None:
-      raise ValueError('several drafts a call need the model\'s '
-                       'extend_tree and commit (DecodingFns).')
-    step = functools.partial(_tree_step, fns, prompt_lengths, propose, k=k,
-                             max_len=max_len, eos_id=eos_id, pad_id=pad_id,
-                             criterion=criterion)
-  else:
-    step = functools.partial(
-        _blockwise_step, fns, prompt_lengths, propose, k=k, max_len=max_len,
-        eos_id=eos_id, pad_id=pad_id, criterion=criterion,
-        min_block=min_block)
-  return _result(prompt_lib.run_loop(step, state, iterations), max_len)
 
 
-def _result(state: BlockwiseState, max_len: int) -> DecodeResult:
+def result(state: BlockwiseState, max_len: int) -> DecodeResult:
+  """The loop's final state as a DecodeResult."""
   return DecodeResult(tokens=state.tokens[:, :max_len], lengths=state.lengths,
                       model_calls=state.model_calls,
                       block_sizes=state.block_sizes)
 
 
 def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
-                 lengths, k) -> tuple[jax.Array, Cache]:
+                 lengths, *, k) -> tuple[jax.Array, Cache]:
   """([batch, k]: the accepted token, then heads 2..k's argmax after it;
   the cache).
 
@@ -197,7 +227,7 @@ def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
 
 
 def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
-                    start, last, tokens, lengths, k):
+                    start, last, tokens, lengths, *, k):
   """The refinement's drafts (`refine.propose`): [batch, k] for one, else
   their tree (`tree.from_drafts`); the cache. Arguments as
   `_plain_draft`'s."""
@@ -217,7 +247,7 @@ def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
 
 
 def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
-                 tokens, lengths, k) -> tuple[tree_lib.TreeBlock, Cache]:
+                 tokens, lengths, *, k) -> tuple[tree_lib.TreeBlock, Cache]:
   """The static tree's nodes after the last accepted token (arguments as
   `_plain_draft`'s).
 
@@ -276,7 +306,7 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
   else:
     accepted = verify(criterion, state.block[:, 1:], logits[:, :-1],
                       min_block - 1, scored[:, :-1])
-  return _accept(fns, propose, state, state.block, accepted,
+  return _accept(propose, state, state.block, accepted,
                  ops.take_at(scored, accepted), features, cache, start,
                  k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
 
@@ -295,12 +325,12 @@ def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
                                          k - 1)
   cache = fns.commit(cache, start, path)
   rows = jnp.arange(path.shape[0])[:, None]
-  return _accept(fns, propose, state, tree.tokens[rows, path], accepted,
+  return _accept(propose, state, tree.tokens[rows, path], accepted,
                  ops.take_at(scored, best), features[rows, path], cache,
                  start, k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
 
 
-def _accept(fns, propose, state, block, accepted, token, features, cache,
+def _accept(propose, state, block, accepted, token, features, cache,
             start, *, k, max_len, eos_id, pad_id) -> BlockwiseState:
   """Appends a verified draft's accepted prefix and the scoring model's
   token after it, and proposes the next draft.
@@ -319,8 +349,8 @@ def _accept(fns, propose, state, block, accepted, token, features, cache,
       pad_id=pad_id)
   # Combined scoring and proposal: the next drafts come from this call's
   # outputs at the last accepted position.
-  next_block, cache = propose(fns, cache, features, next_tokens, start,
-                              accepted, tokens, lengths, k)
+  next_block, cache = propose(cache, features, next_tokens, start,
+                              accepted, tokens, lengths)
   return advance(state, tokens, lengths, done, count, next_block, cache, k)
 
 

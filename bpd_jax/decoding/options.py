@@ -9,9 +9,12 @@ knows the limits of k, min_block, the criterion and the refinement:
     options = DecodeOptions(max_len=64, k=4, criterion=TopK(2))
     options.check(num_heads=8, vocab_size=32000)   # ValueError naming a value
 
-k = 0 is the greedy decoder (one token per call, no proposal heads read);
-k >= 1 is blockwise decoding with k - 1 proposals per call (k = 1 scores one
-position per call, as greedy decoding, through the blockwise loop).
+k is the block size: the most tokens a call appends, k - 1 of them the
+proposal heads'. Greedy decoding is k = 1 (ancestral sampling with a
+sampler), and nothing else is: as in Stern et al., where greedy decoding is
+blockwise decoding with no proposals, so that k is the same number in the
+options, in a result's block_sizes (k + 1 columns), in k='auto''s
+candidates and in every report's k column, with no exception for greedy.
 """
 
 import dataclasses
@@ -30,14 +33,14 @@ class DecodeOptions:
 
   Attributes:
     max_len: most tokens generated per example, >= 1.
-    k: 0 for greedy decoding, else the block size (1 <= k <= the model's
-      proposal heads).
+    k: the block size, 1 <= k <= the model's proposal heads; 1 is greedy
+      decoding (see the module docstring).
     criterion: how proposals are verified; Exact() keeps greedy's output.
     min_block: l, the fewest tokens a call appends (1 <= l <= k).
     refinement: several drafts per call from the heads' top-t lattice (Kim
       et al. 2024); None: the heads' argmax, one draft.
     sampler: sample instead of taking the argmax (`sampling.Sampler`):
-      ancestral sampling for k = 0, blockwise sampling with the rejection
+      ancestral sampling for k = 1, blockwise sampling with the rejection
       rule (criterion Exact: the base model's distribution) or typical
       acceptance (Typical) otherwise; None, or temperature 0: greedy.
       Its numbers are traced, not part of the compilation key.
@@ -46,7 +49,7 @@ class DecodeOptions:
       one draft.
   """
   max_len: int
-  k: int = 0
+  k: int = 1
   criterion: criteria_lib.Criterion = criteria_lib.Exact()
   min_block: int = 1
   refinement: refine_lib.Refinement | None = None
@@ -62,7 +65,7 @@ class DecodeOptions:
         object.__setattr__(self, name, int(value))
 
   @classmethod
-  def from_specs(cls, *, max_len: int, k: int = 0, criterion: str = 'exact',
+  def from_specs(cls, *, max_len: int, k: int = 1, criterion: str = 'exact',
                  min_block: int = 1, refinement: str = '',
                  window: int = 0, sampler: str = '',
                  tree: str = '') -> 'DecodeOptions':
@@ -95,20 +98,14 @@ class DecodeOptions:
 
   def static(self) -> 'DecodeOptions':
     """The compilation key: the sampler's numbers are traced arguments, so
-    only whether the decode samples is static."""
-    if self.sampler is None:
-      return self
-    return dataclasses.replace(
-        self, sampler=_SAMPLING if self.sampling else None)
-
-  @property
-  def greedy(self) -> bool:
-    return self.k == 0
-
-  @property
-  def block(self) -> int:
-    """Tokens a call can append: 1 for greedy decoding, else k."""
-    return max(self.k, 1)
+    only whether the decode samples is static; at k = 1 there is no
+    proposal to verify, so every criterion decodes as Exact (greedy
+    decoding is one program whatever criterion it was given)."""
+    sampler = None
+    if self.sampler is not None and self.sampling:
+      sampler = _SAMPLING
+    criterion = criteria_lib.Exact() if self.k == 1 else self.criterion
+    return dataclasses.replace(self, sampler=sampler, criterion=criterion)
 
   @property
   def scored(self) -> int:
@@ -119,13 +116,13 @@ class DecodeOptions:
     if (self.refinement is not None and self.refinement.drafts > 1
         and self.k > 1):
       return self.refinement.tree_size(self.k)
-    return self.block
+    return self.k
 
   def required_positions(self, prompt_length: int) -> int:
     """Decoder positions a decode after a prompt of this length reaches
     (what the model's positions must cover)."""
     return prompt_lib.required_positions(prompt_length, self.max_len,
-                                         self.block)
+                                         self.k)
 
   def cache_positions(self, prompt_length: int) -> int:
     """Entries the cache holds per example: the positions, and a tree's
@@ -144,32 +141,15 @@ class DecodeOptions:
     """
     if not numeric.is_integer(self.max_len) or self.max_len < 1:
       raise ValueError(f'max_len={self.max_len!r} must be an integer >= 1.')
-    # Before `greedy` reads it: k=False would be taken for greedy decoding.
-    if not numeric.is_integer(self.k) or self.k < 0:
-      raise ValueError(f'k={self.k!r} must be an integer: 0 (greedy '
-                       f'decoding) or a block size in [1, {num_heads}], the '
-                       f"model's number of proposal heads.")
-    if not numeric.is_integer(self.min_block):
-      raise ValueError(f'min_block={self.min_block!r} must be an integer in '
-                       f'[1, k].')
+    if not (numeric.is_integer(self.k) and 1 <= self.k <= num_heads):
+      raise ValueError(f'k={self.k!r} must be an integer in [1, '
+                       f"{num_heads}], the model's number of proposal "
+                       f'heads (1: greedy decoding).')
     if not isinstance(self.criterion, criteria_lib.Criterion):
       raise ValueError(f'criterion={self.criterion!r} is not a '
                        f'decoding.Criterion.')
     if self.sampler is not None:
       self._check_sampler(vocab_size)
-    if self.greedy:
-      if (self.min_block != 1 or self.refinement is not None
-          or self.tree is not None):
-        raise ValueError('greedy decoding (k=0) takes no min_block, '
-                         'refinement or tree.')
-      return
-    if self.k > num_heads:
-      raise ValueError(f'k={self.k!r} must be an integer in [1, '
-                       f"{num_heads}], the model's number of proposal "
-                       f'heads.')
-    if not 1 <= self.min_block <= self.k:
-      raise ValueError(f'min_block={self.min_block!r} must be an integer in '
-                       f'[1, k={self.k}].')
     if (isinstance(self.criterion, criteria_lib.TopK)
         and self.criterion.t > vocab_size):
       raise ValueError(f'top-k verification t={self.criterion.t} exceeds '
@@ -177,20 +157,43 @@ class DecodeOptions:
     if self.tree is not None:
       self._check_tree(vocab_size)
     if self.refinement is not None:
-      if self.sampling:
-        raise ValueError('sampling takes no refinement: its drafts are not '
-                         'drawn from distributions the rejection rule '
-                         'knows.')
-      if not isinstance(self.refinement, refine_lib.Refinement):
-        raise ValueError(f'refinement={self.refinement!r} is not a '
-                         f'decoding.Refinement.')
-      self.refinement.check(self.k, vocab_size)
-      if dependent_heads and not self.refinement.is_plain:
-        raise ValueError(
-            f'draft refinement picks drafts from a lattice of independent '
-            f"heads' top-t; {dependent_heads!r} heads read each other's "
-            f'proposals, so their drafts are made one head after another: '
-            f'decode them without a refinement.')
+      self._check_refinement(vocab_size, dependent_heads)
+    self._check_min_block()
+
+  def _check_min_block(self) -> None:
+    """l in [1, k]; l > 1 accepts the first l - 1 proposals of the one
+    argmax draft unverified, so it needs that draft."""
+    if not (numeric.is_integer(self.min_block)
+            and 1 <= self.min_block <= self.k):
+      raise ValueError(f'min_block={self.min_block!r} must be an integer in '
+                       f'[1, k={self.k}].')
+    if self.min_block == 1:
+      return
+    several = self.refinement is not None and self.refinement.drafts > 1
+    if self.tree is not None or several:
+      raise ValueError(f'min_block={self.min_block}: a tree has no one '
+                       f'draft to accept unverified (nor has a refinement '
+                       f'of several drafts); use min_block=1.')
+    if self.sampling:
+      raise ValueError(f'sampling takes min_block=1, not {self.min_block}: '
+                       f'unverified proposals would change the '
+                       f'distribution.')
+
+  def _check_refinement(self, vocab_size: int, dependent_heads: str) -> None:
+    if self.sampling:
+      raise ValueError('sampling takes no refinement: its drafts are not '
+                       'drawn from distributions the rejection rule '
+                       'knows.')
+    if not isinstance(self.refinement, refine_lib.Refinement):
+      raise ValueError(f'refinement={self.refinement!r} is not a '
+                       f'decoding.Refinement.')
+    self.refinement.check(self.k, vocab_size)
+    if dependent_heads and not self.refinement.is_plain:
+      raise ValueError(
+          f'draft refinement picks drafts from a lattice of independent '
+          f"heads' top-t; {dependent_heads!r} heads read each other's "
+          f'proposals, so their drafts are made one head after another: '
+          f'decode them without a refinement.')
 
   def _check_tree(self, vocab_size: int) -> None:
     if not isinstance(self.tree, tree_lib.Tree):
@@ -208,9 +211,6 @@ class DecodeOptions:
     if self.sampling:
       raise ValueError('a tree takes no sampling: sampled proposals are '
                        'verified by the rejection rule one draft at a time.')
-    if self.min_block != 1:
-      raise ValueError(f'min_block={self.min_block}: a tree has no one '
-                       f'draft to accept unverified; use min_block=1.')
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampling_lib.Sampler):
@@ -224,12 +224,8 @@ class DecodeOptions:
       raise ValueError(f'sampling verifies with the rejection rule '
                        f"(criterion 'exact') or typical acceptance, not "
                        f'{self.criterion.spec!r}.')
-    if self.min_block != 1:
-      raise ValueError(f'sampling takes min_block=1, not {self.min_block}: '
-                       f'unverified proposals would change the '
-                       f'distribution.')
-    if self.greedy and not isinstance(self.criterion, criteria_lib.Exact):
-      raise ValueError('ancestral sampling (k=0) takes no criterion.')
+    if self.k == 1 and not isinstance(self.criterion, criteria_lib.Exact):
+      raise ValueError('ancestral sampling (k=1) takes no criterion.')
 
 
 # The static stand-in of any sampler with temperature > 0.

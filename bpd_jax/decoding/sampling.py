@@ -4,13 +4,13 @@
 top-p; each optional) into the distribution p a decode samples from. Its
 fields are traced arrays inside the compiled decode (a pytree): one program
 serves every temperature and cut-off. Temperature 0 is greedy decoding,
-which `generate` runs through the greedy decoders themselves.
+which `generate` runs through the argmax loop itself.
 
-`ancestral_decode` is the reference: one model call per token, each token
-drawn from p. `blockwise_sample_decode` draws the heads' proposals from
-their own distributions q_i (the heads' logits warped by the same Sampler),
-and verifies them with the rejection rule of speculative sampling
-(Leviathan et al. 2023; Chen et al. 2023):
+`blockwise_sample_decode` at k = 1 is ancestral sampling, the reference:
+one model call per token, each token drawn from p. At k > 1 it draws the
+heads' proposals from their own distributions q_i (the heads' logits
+warped by the same Sampler), and verifies them with the rejection rule of
+speculative sampling (Leviathan et al. 2023; Chen et al. 2023):
 
 - proposal x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)),
   p_i the warped base distribution at its position;
@@ -149,9 +149,8 @@ class Sampler:
     """log_probs of scaled logits through the top-k and top-p cuts.
 
     Each cut is a threshold found by bisection (32 halvings of its range:
-    ties within 2**-32 of it are kept), not by sorting the vocabulary: XLA's
-    sort cost 3.7 ms per call for 8 positions of 1,000 tokens on a CPU, a
-    bisection a few microseconds.
+    ties within 2**-32 of it are kept), not by sorting the vocabulary: on a
+    CPU XLA's sort of a vocabulary costs orders of magnitude more.
     """
     vocab = scaled.shape[-1]
     k = jnp.where(self.top_k > 0, self.top_k, vocab)
@@ -217,8 +216,7 @@ def _draw(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
 
   By the inverse of the cumulative distribution: one uniform draw per
   token. jax.random.categorical's Gumbel noise needs one per vocabulary
-  entry, which cost 2.3x as much here (8 draws over 1,000 tokens at batch
-  32 on a CPU: 6.1 against 2.6 ms).
+  entry, which costs about twice as much on a CPU.
   """
   probs = jnp.exp(log_probs)
   cdf = jnp.cumsum(probs, axis=-1)
@@ -233,50 +231,37 @@ def _draw(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
+class SampledBlock:
+  """A sampled decode's next draft (`BlockwiseState.block`).
+
+  Attributes:
+    tokens: [batch, k] the last accepted token, then the proposals.
+    log_q: [batch, k - 1, vocab] the warped log-distributions the proposals
+      were drawn from ([batch, k - 1, 1] under typical acceptance, which
+      takes the heads' argmax).
+  """
+  tokens: jax.Array
+  log_q: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class SamplingState:
   """Loop state of a sampled decode.
 
   Attributes:
-    inner: the greedy or blockwise loop's state (tokens, lengths, done,
-      block, cache, statistics).
-    draft_log_q: [batch, k - 1, vocab] the warped log-distributions the
-      block's proposals were drawn from (blockwise; [batch, 0, 1] for
-      ancestral sampling).
+    inner: the blockwise loop's state (tokens, lengths, done, the
+      `SampledBlock`, cache, statistics).
     keys: [batch] the examples' keys.
     call: the model calls made so far (the next call's index).
   """
-  inner: object
-  draft_log_q: jax.Array
+  inner: blockwise_lib.BlockwiseState
   keys: jax.Array
   call: jax.Array
 
   @property
   def done(self) -> jax.Array:
     return self.inner.done
-
-
-def ancestral_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
-                     prompt_lengths: jax.Array, *, sampler: Sampler,
-                     keys: jax.Array, max_len: int, eos_id: int, pad_id: int,
-                     iterations: jax.Array | None = None) -> DecodeResult:
-  """Ancestral sampling of a batch: each token drawn from the warped base
-  distribution, one model call per token (the reference of blockwise
-  sampling).
-
-  Args:
-    fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
-      iterations: as `greedy.greedy_decode`.
-    sampler: the warping (temperature > 0).
-    keys: [batch] one key per example (`example_keys`).
-
-  Returns:
-    DecodeResult with block_sizes of shape [batch, 2].
-  """
-  return _sampled_blockwise(fns, cache, prompt, prompt_lengths, k=1,
-                            sampler=sampler, keys=keys, max_len=max_len,
-                            eos_id=eos_id, pad_id=pad_id,
-                            iterations=iterations,
-                            criterion=criteria_lib.Exact())
 
 
 def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
@@ -288,7 +273,10 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                             iterations: jax.Array | None = None
                             ) -> DecodeResult:
   """Blockwise sampling: the base model's distribution, k tokens a call at
-  best (see the module docstring for the rule and why it is exact).
+  best (see the module docstring for the rule and why it is exact); k = 1
+  is ancestral sampling.
+
+  The options are `DecodeOptions.check`'s to check.
 
   Args:
     fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
@@ -302,57 +290,35 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
-  if not isinstance(criterion, (criteria_lib.Exact, criteria_lib.Typical)):
-    raise ValueError(f'sampling verifies with the rejection rule (exact) '
-                     f'or typical acceptance, not {criterion.spec!r}.')
-  return _sampled_blockwise(fns, cache, prompt, prompt_lengths, k=k,
-                            sampler=sampler, keys=keys, max_len=max_len,
-                            eos_id=eos_id, pad_id=pad_id,
-                            iterations=iterations, criterion=criterion)
-
-
-def _sampled_blockwise(fns, cache, prompt, prompt_lengths, *, k, sampler,
-                       keys, max_len, eos_id, pad_id, iterations, criterion):
-  batch = prompt.shape[0]
-  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
-                                           prompt_lengths)
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
-  first = _draw(first_key, sampler.log_probs(fns.next_token_logits(
-      ops.take_at(features, prompt_lengths - 1))))
-  block, draft_log_q, cache = _proposals(
-      fns, sampler, criterion, cache, features,
-      prompt_lib.prompt_next_tokens(prompt, prompt_lengths, first),
-      jnp.zeros_like(prompt_lengths), prompt_lengths - 1, draft_key, k)
-  tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
-      first)
-  inner = blockwise_lib.BlockwiseState(
-      tokens=tokens, lengths=jnp.ones((batch,), jnp.int32),
-      done=(first == eos_id) | (max_len == 1), block=block,
-      cache=cache, model_calls=jnp.ones((batch,), jnp.int32),
-      block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
-  state = SamplingState(inner, draft_log_q, keys, jnp.ones((), jnp.int32))
+  inner = blockwise_lib.start(
+      fns, cache, prompt, prompt_lengths,
+      lambda logits: _draw(first_key, sampler.log_probs(logits)),
+      lambda cache, features, next_tokens, start, last, tokens, lengths:
+      _proposals(fns, sampler, criterion, cache, features, next_tokens,
+                 start, last, draft_key, k),
+      k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+  state = SamplingState(inner, keys, jnp.ones((), jnp.int32))
   step = functools.partial(_sampling_step, fns, prompt_lengths, sampler,
                            criterion, k=k, max_len=max_len, eos_id=eos_id,
                            pad_id=pad_id)
-  inner = prompt_lib.run_loop(step, state, iterations).inner
-  return DecodeResult(tokens=inner.tokens[:, :max_len], lengths=inner.lengths,
-                      model_calls=inner.model_calls,
-                      block_sizes=inner.block_sizes)
+  return blockwise_lib.result(
+      prompt_lib.run_loop(step, state, iterations).inner, max_len)
 
 
 def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
-               last, keys, k):
-  """([batch, k] the next block: the token after the last accepted
-  position, then heads 2..k's proposals; [batch, k - 1, vocab] the
-  log-distributions they were drawn from; the cache). The other arguments
-  are `prompt_lib.draft`'s.
+               last, keys, k) -> tuple[SampledBlock, Cache]:
+  """(the next block: the token after the last accepted position, then
+  heads 2..k's proposals, with the log-distributions they were drawn from;
+  the cache). The other arguments are `prompt_lib.draft`'s.
 
   The rejection rule draws proposals from the warped heads; typical
-  acceptance takes their argmax (its draft_log_q is unused).
+  acceptance takes their argmax (its log_q is unused).
   """
   token = ops.take_at(next_tokens, last)
   if k == 1:
-    return token[:, None], jnp.zeros((token.shape[0], 0, 1)), cache
+    return SampledBlock(token[:, None],
+                        jnp.zeros((token.shape[0], 0, 1))), cache
   if isinstance(criterion, criteria_lib.Typical):
     choose = lambda index, logits: prompt_lib.argmax(logits)
   else:
@@ -366,7 +332,8 @@ def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
     log_q = jnp.zeros(logits.shape[:2] + (1,))
   else:
     log_q = sampler.log_probs(logits)  # [batch, k - 1, vocab]
-  return jnp.concatenate([token[:, None], proposals], axis=1), log_q, cache
+  return SampledBlock(jnp.concatenate([token[:, None], proposals], axis=1),
+                      log_q), cache
 
 
 def accepted_proposals(log_p_x, log_q_x, uniform) -> jax.Array:
@@ -399,7 +366,8 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   """One call: score the block, accept by the rule, draw the token after
   the accepted proposals, draw the next block's proposals."""
   inner = state.inner
-  block = inner.block  # [batch, k]
+  block = inner.block.tokens  # [batch, k]
+  draft_log_q = inner.block.log_q  # [batch, k - 1, vocab]
   start = prompt_lengths + inner.lengths - 1
   features, cache = fns.extend(inner.cache, block, start)
   log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, k, V]
@@ -415,7 +383,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
     else:
       log_p_x = jnp.take_along_axis(log_p[:, :-1], proposals[..., None],
                                     axis=-1)[..., 0]
-      log_q_x = jnp.take_along_axis(state.draft_log_q, proposals[..., None],
+      log_q_x = jnp.take_along_axis(draft_log_q, proposals[..., None],
                                     axis=-1)[..., 0]
       uniform = jax.vmap(lambda key: jax.random.uniform(key, (k - 1,)))(
           coin_key)
@@ -424,7 +392,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
     after = ops.take_at(log_p, accepted)  # [batch, vocab]
     if not isinstance(criterion, criteria_lib.Typical):  # Medusa: p itself.
       # A rejection's residual; after a fully accepted block p itself.
-      rejected_q = ops.take_at(state.draft_log_q,
+      rejected_q = ops.take_at(draft_log_q,
                                jnp.minimum(accepted, k - 2))
       after = jnp.where((accepted < k - 1)[:, None],
                         residual_log_probs(after, rejected_q), after)
@@ -434,9 +402,9 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   tokens, lengths, done, count = blockwise_lib.append_accepted(
       inner, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
       pad_id=pad_id)
-  next_block, draft_log_q, cache = _proposals(
+  next_block, cache = _proposals(
       fns, sampler, criterion, cache, features, next_tokens, start, accepted,
       draft_key, k)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
                                 next_block, cache, k)
-  return SamplingState(inner, draft_log_q, state.keys, state.call + 1)
+  return SamplingState(inner, state.keys, state.call + 1)

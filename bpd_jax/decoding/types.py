@@ -23,8 +23,8 @@ class DecodingFns(NamedTuple):
       (head 1): the distribution of the token after each position.
     proposal_logits: features [batch, ...] -> [batch, k - 1, vocab]. Heads
       2..k: the tokens 2..k positions after the given one, each head on its
-      own (the heads do not read each other's proposals). Unused by greedy
-      decoding and by blockwise decoding with k = 1.
+      own (the heads do not read each other's proposals). Unused at k = 1
+      (greedy decoding).
     draft: for heads that read earlier heads' proposals, instead of
       `proposal_logits`: (cache, features [batch, n, ...], next_tokens
       [batch, n], start [batch], last [batch], choose) -> (proposals
@@ -78,7 +78,8 @@ class DecodeResult:
     lengths: [batch] generated tokens, eos_id included.
     model_calls: [batch] model calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram: block_sizes[i, j] is the number
-      of model calls that appended j tokens to example i (greedy: k = 1).
+      of model calls that appended j tokens to example i (greedy decoding
+      is k = 1).
       Sums to model_calls; sum_j j * block_sizes[i, j] == lengths[i].
   """
   tokens: jax.Array

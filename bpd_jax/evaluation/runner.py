@@ -18,7 +18,7 @@ import numpy as np
 
 from bpd_jax import decoding
 from bpd_jax import generate
-from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.evaluation.spec import AutoSpec, DecoderSpec
 
 # [(inputs [batch, length], real rows)]: the last batch filled up with
 # copies, only its first `real` rows count.
@@ -34,7 +34,8 @@ class Outputs:
     lengths: [examples] output lengths.
     example_calls: model calls summed over the examples.
     iterations: loop iterations summed over the batches (calls of a batch).
-    k: the block size decoded with (1: greedy, or 'auto' choosing greedy).
+    k: the block size decoded with (1: greedy decoding; for an AutoSpec
+      the k it chose).
   """
   tokens: np.ndarray
   lengths: np.ndarray
@@ -74,7 +75,7 @@ class Measurement:
     compile_s: the first call's time less a second call's: compilation.
     recompiles: programs compiled during the timed rounds (0 expected).
   """
-  spec: DecoderSpec
+  spec: DecoderSpec | AutoSpec
   outputs: Outputs
   walls: list[float]
   compile_s: float
@@ -87,8 +88,8 @@ class Measurement:
 
 
 def run(decoder: generate.Decoder, batches: Batches,
-        specs: Sequence[DecoderSpec], *, max_len: int, repeats: int = 1,
-        tuning=None, rescorers=None,
+        specs: Sequence[DecoderSpec | AutoSpec], *, max_len: int,
+        repeats: int = 1, rescorers=None,
         progress: Callable[[str], None] = lambda _: None
         ) -> list[Measurement]:
   """Compiles, then times every spec on every batch, interleaved.
@@ -99,26 +100,22 @@ def run(decoder: generate.Decoder, batches: Batches,
     specs: greedy first: the reference the callers compare against.
     max_len: most tokens generated per example.
     repeats: timed rounds over all batches per spec.
-    tuning: `auto_k.tune_k`'s AutoK, for k='auto' specs.
     rescorers: {'ngram': ..., 'neural': ...}, as the refinements need.
     progress: one line per step.
 
   Returns:
     A Measurement per spec, in order.
   """
-  if not specs or specs[0].k:
-    raise ValueError(f'the first decoder must be greedy (k=0), the '
+  if not specs or specs[0].kind != 'greedy':
+    raise ValueError(f'the first decoder must be greedy (k=1), the '
                      f'reference; got {specs[0].name if specs else "none"}.')
-  if any(s.k == 'auto' for s in specs) and tuning is None:
-    raise ValueError("k='auto' needs a tuning (auto_k.tune_k).")
   if repeats < 1:
     raise ValueError(f'repeats={repeats} must be >= 1.')
 
   def decode(spec):
     # A sampling decoder's key is its batch's index: each round draws the
     # same samples, each batch others.
-    results = [spec.run(decoder, inputs, max_len, tuning, rescorers,
-                        key=index)
+    results = [spec.run(decoder, inputs, max_len, rescorers, key=index)
                for index, (inputs, _) in enumerate(batches)]
     return jax.block_until_ready(results)
 
@@ -127,11 +124,11 @@ def run(decoder: generate.Decoder, batches: Batches,
   for i, spec in enumerate(specs):
     progress(f'compiling {spec.name} ({i + 1}/{len(specs)})')
     begin = time.perf_counter()
-    jax.block_until_ready(spec.run(decoder, first_inputs, max_len, tuning,
+    jax.block_until_ready(spec.run(decoder, first_inputs, max_len,
                                    rescorers))
     first = time.perf_counter() - begin
     begin = time.perf_counter()
-    jax.block_until_ready(spec.run(decoder, first_inputs, max_len, tuning,
+    jax.block_until_ready(spec.run(decoder, first_inputs, max_len,
                                    rescorers))
     compile_s[spec] = max(first - (time.perf_counter() - begin), 0.0)
 
@@ -152,10 +149,11 @@ def run(decoder: generate.Decoder, batches: Batches,
 
 def comparison_rows(measured: Sequence[Measurement],
                     specs: Sequence[DecoderSpec]) -> list[dict]:
-  """The decoders' rows every report shares, in order: decoder, k,
-  criterion, min_block, mean_block, model_calls, wall_s, tokens_per_s,
-  speedup (over greedy, or a sampling decoder's ancestral sampling),
-  sampler, identical_to_greedy (None for a sampling decoder).
+  """The decoders' rows every report shares, in order: decoder, k (the
+  block size decoded with, 1 for greedy decoding), criterion, min_block,
+  mean_block, model_calls, wall_s, tokens_per_s, speedup (over greedy, or
+  a sampling decoder's ancestral sampling), sampler, identical_to_greedy
+  (None for a sampling decoder).
 
   Args:
     measured: `run`'s result, greedy first.
@@ -169,7 +167,7 @@ def comparison_rows(measured: Sequence[Measurement],
     identical = (None if spec.sampling else round(float(
         (outputs.tokens == reference).all(axis=1).mean()), 4))
     rows.append(dict(
-        decoder=spec.name, k=max(spec.k, 1) if spec.k != 'auto' else 'auto',
+        decoder=spec.name, k=outputs.k,
         criterion=spec.criterion, min_block=spec.min_block,
         mean_block=round(outputs.mean_block, 3),
         model_calls=outputs.iterations, wall_s=round(wall, 3),

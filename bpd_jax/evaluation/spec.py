@@ -1,12 +1,16 @@
-"""One decoder to measure: greedy, blockwise (fixed k or 'auto'), refined.
+"""One decoder to measure: greedy, blockwise, refined (`DecoderSpec`), or
+k='auto' (`AutoSpec`).
 
 The text and image reports, the bench and the drafts comparison all
-describe what they decode with a `DecoderSpec`; `runner.run` decodes and
-times them side by side.
+describe what they decode with these specs; `runner.run` decodes and times
+them side by side. Both kinds answer the same questions: `name`, `kind`,
+`options(max_len)` (what `generate.Decoder.decode` takes), `decoded(...)`
+(the options a batch shape was decoded with), `run` and `reference`.
 """
 
 import dataclasses
 
+from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax.decoding import refine
@@ -14,10 +18,12 @@ from bpd_jax.decoding import refine
 
 @dataclasses.dataclass(frozen=True)
 class DecoderSpec:
-  """A decoder: greedy (k = 0), blockwise (k >= 1 or 'auto'), refined.
+  """A decoder of fixed options: greedy (k = 1), blockwise, refined,
+  sampled.
 
   Attributes:
-    k: block size; 0 is greedy; 'auto' lets `tuning` choose per batch.
+    k: block size; 1 is greedy decoding (ancestral sampling with a
+      sampler), as in `decoding.DecodeOptions`.
     criterion: verification criterion spec ('exact', 'top-k:2',
       'distance:16', see `decoding.from_spec`).
     min_block: minimum block size l.
@@ -28,11 +34,11 @@ class DecoderSpec:
       'ancestral temperature=0.7', 'blockwise k=4 temperature=0.7' (the
       reports' names; the bench and the drafts comparison give their own).
     sampler: '' (argmax), or a `decoding.Sampler.from_spec` spec: ancestral
-      sampling for k = 0, blockwise sampling otherwise.
+      sampling for k = 1, blockwise sampling otherwise.
     tree: '' (one draft a call), or the widths of a tree of the heads'
       candidates of depth k - 1 (`decoding.Tree.from_spec`, e.g. '2,2').
   """
-  k: int | str = 0
+  k: int = 1
   criterion: str = 'exact'
   min_block: int = 1
   refinement: refine.Refinement | None = None
@@ -47,7 +53,7 @@ class DecoderSpec:
 
   def _default_name(self) -> str:
     sampled = f' {self.sampler}' if self.sampler else ''
-    if not self.k:
+    if self.k == 1:
       return f'ancestral{sampled}' if self.sampler else 'greedy'
     extra = '' if self.criterion == 'exact' else f' {self.criterion}'
     extra += f' l={self.min_block}' if self.min_block > 1 else ''
@@ -57,16 +63,13 @@ class DecoderSpec:
 
   @property
   def kind(self) -> str:
-    """'greedy', 'blockwise' or 'auto' (blockwise with k='auto')."""
-    if not self.k:
-      return 'greedy'
-    return 'auto' if self.k == 'auto' else 'blockwise'
+    """'greedy', 'ancestral' (k = 1 with a sampler) or 'blockwise'."""
+    if self.k != 1:
+      return 'blockwise'
+    return 'ancestral' if self.sampling else 'greedy'
 
   def options(self, max_len: int) -> decoding.DecodeOptions:
-    """The decode of a fixed k (greedy or blockwise; not 'auto')."""
-    if self.k == 'auto':
-      raise ValueError("k='auto' has no fixed options: its k is chosen per "
-                       "batch shape.")
+    """The decode this spec runs."""
     return decoding.DecodeOptions(
         max_len=max_len, k=self.k,
         criterion=decoding.from_spec(self.criterion),
@@ -76,6 +79,12 @@ class DecoderSpec:
         tree=decoding.Tree.from_spec(self.tree, self.k - 1) if self.tree
         else None)
 
+  def decoded(self, max_len: int, batch_size: int,
+              length: int) -> decoding.DecodeOptions:
+    """The options a batch of this shape was decoded with: `options`."""
+    del batch_size, length
+    return self.options(max_len)
+
   @property
   def sampling(self) -> bool:
     """Whether the decoder draws its tokens (temperature > 0)."""
@@ -83,35 +92,74 @@ class DecoderSpec:
         self.sampler).greedy
 
   def run(self, decoder: generate.Decoder, inputs, max_len: int,
-          tuning=None, rescorers=None, key=0) -> decoding.DecodeResult:
+          rescorers=None, key=0) -> decoding.DecodeResult:
     """Decodes `inputs` [batch, length].
 
     Args:
       decoder: the model's Decoder.
       inputs: [batch, length] token ids, right-padded.
       max_len: most tokens generated per example.
-      tuning: `auto_k.tune_k`'s AutoK, for k='auto'.
       rescorers: {'ngram': ..., 'neural': ...}, as refinements need.
       key: a sampling decoder's seed or key (see `generate.Decoder.decode`).
     """
-    if self.k == 'auto':
-      return decoder.blockwise(
-          inputs, k='auto', max_len=max_len,
-          criterion=decoding.from_spec(self.criterion),
-          min_block=self.min_block, tuning=tuning)
     rescorer = None
     if self.refinement is not None:
       rescorer = (rescorers or {}).get(self.refinement.rescorer)
     return decoder.decode(inputs, self.options(max_len), rescorer=rescorer,
                           key=key)
 
-  def reference(self, specs: list['DecoderSpec']) -> 'DecoderSpec':
+  def reference(self, specs: list) -> 'DecoderSpec':
     """What this decoder's speedup is measured against: greedy decoding
     (the first of `specs`), or for a sampling decoder the ancestral
     sampling of the same sampler."""
     if not self.sampler:
       return specs[0]
-    return next(s for s in specs if not s.k and s.sampler == self.sampler)
+    return next(s for s in specs
+                if s.sampler == self.sampler and s.kind != 'blockwise')
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AutoSpec:
+  """k='auto' (`auto_k.Auto`): per batch shape, the k or tree its tuning
+  expects to be fastest. Compared by identity: the tuning is mutable (it
+  keeps the step costs it measures).
+
+  Attributes:
+    tuning: `auto_k.tune_k`'s AutoK; its criterion is the decoder's.
+    name: the row's label.
+  """
+  tuning: auto_k.AutoK
+  name: str = 'auto'
+  kind = 'auto'
+  min_block = 1
+  sampler = ''
+  sampling = False
+
+  @property
+  def criterion(self) -> str:
+    return self.tuning.criterion
+
+  def options(self, max_len: int) -> auto_k.Auto:
+    """The decode this spec runs: its options are chosen per batch shape."""
+    return auto_k.Auto(max_len, self.tuning,
+                       decoding.from_spec(self.tuning.criterion))
+
+  def decoded(self, max_len: int, batch_size: int,
+              length: int) -> decoding.DecodeOptions:
+    """The options `run` chose for a batch of this shape (a k, greedy
+    decoding, or a tree)."""
+    return self.options(max_len).chosen(batch_size, length)
+
+  def run(self, decoder: generate.Decoder, inputs, max_len: int,
+          rescorers=None, key=0) -> decoding.DecodeResult:
+    """Decodes `inputs` [batch, length] (no rescorer, no key: argmax
+    decoding without a refinement)."""
+    del rescorers, key
+    return decoder.decode(inputs, self.options(max_len))
+
+  def reference(self, specs: list) -> DecoderSpec:
+    """Greedy decoding, the first of `specs`."""
+    return specs[0]
 
 
 # The criteria a sampling decoder verifies with (decoding/sampling.py).
@@ -123,13 +171,15 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   for each k in eval.ks and each criterion in eval.criteria; then, for each
   sampler in eval.samplers, ancestral sampling (that sampler's reference)
   and blockwise sampling at each k with each criterion sampling takes
-  ('exact': the rejection rule; 'typical:...')."""
+  ('exact': the rejection rule; 'typical:...'). A k of 1 in eval.ks is
+  the greedy (or ancestral) row already there."""
+  ks = [k for k in eval_config.ks if k > 1]
   specs = [DecoderSpec()] + [
       DecoderSpec(k, criterion, eval_config.min_block)
-      for k in eval_config.ks for criterion in eval_config.criteria]
+      for k in ks for criterion in eval_config.criteria]
   for sampler in eval_config.get('samplers', ()):
     specs.append(DecoderSpec(sampler=sampler))
     specs += [DecoderSpec(k, criterion, sampler=sampler)
-              for k in eval_config.ks for criterion in eval_config.criteria
+              for k in ks for criterion in eval_config.criteria
               if criterion.split(':')[0] in SAMPLING_CRITERIA]
   return specs

@@ -1,0 +1,208 @@
+"""What the benchmark measures: its flags, read and checked into a `Plan`,
+and the sweep of settings it times.
+
+`parse(config)` runs in `jobs.setup` before any work: it reads the flags
+(--quick applied) and checks every fixed setting as a decode checks it
+(`DecodeOptions.check`). The job tunes k='auto' on training sources
+(`Plan.tune`) and then times `Plan.settings(tuning)`.
+"""
+
+import dataclasses
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from bpd_jax import auto_k
+from bpd_jax import decoding
+from bpd_jax import tasks
+from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
+from bpd_jax.models import heads as heads_lib
+from bpd_jax.tasks import batching
+
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None, 'Where bench.json/.md/.png go (default: '
+    'WORKDIR/bench).')
+_BATCH_SIZES = flags.DEFINE_list('batch_sizes', ['1', '8', '32'],
+                                 'Batch sizes.')
+_KS = flags.DEFINE_list('ks', None, 'Block sizes (default: the config\'s '
+                        'eval.ks; 1, greedy decoding, is always timed).')
+_CRITERIA = flags.DEFINE_list(
+    'criteria', ['exact', 'top-k:2'],
+    "Verification criteria: 'exact', 'top-k:T', 'distance:EPS'.")
+_MIN_BLOCKS = flags.DEFINE_list('min_blocks', ['1'], 'Minimum block sizes.')
+_SAMPLERS = flags.DEFINE_multi_string(
+    'sampler', None, "A sampler, e.g. 'temperature=0.7,top_p=0.9' "
+    '(repeatable): ancestral and blockwise sampling rows, timed against '
+    "that ancestral sampling (default: the config's eval.samplers).")
+_TREES = flags.DEFINE_multi_string(
+    'tree', None, "A tree of the heads' candidates, as widths per depth, "
+    "e.g. '2,2' (repeatable): a row at every k deeper than it, exact "
+    'verification.')
+_TREE_SIZES = flags.DEFINE_list(
+    'tree_sizes', [], "Nodes of the trees k='auto' may choose too, each the "
+    "most probable of that size (e.g. 16,32; exact verification).")
+_EXAMPLES = flags.DEFINE_integer('examples', 256,
+                                 'Eval sentences decoded per setting.',
+                                 lower_bound=1)
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds per setting.',
+                                lower_bound=1)
+_CALIBRATION = flags.DEFINE_integer(
+    'calibration_examples', 64,
+    "Training sources k='auto' is tuned on (0: no auto setting).",
+    lower_bound=0)
+_QUICK = flags.DEFINE_boolean(
+    'quick', False, 'Under a minute: batch sizes 1 and 8, the smallest and '
+    'largest k, exact only, 16 sentences, 1 round, auto tuned on 16 '
+    'sources (flags given explicitly keep their values).')
+
+
+def setting(k: int = 1, criterion: str = 'exact', min_block: int = 1,
+            sampler: str = '', tree: str = '') -> DecoderSpec:
+  """A fixed decoder of the sweep, named as the bench names it: 'greedy'
+  (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2', 'ancestral
+  temperature=0.7', 'k=4 temperature=0.7'."""
+  if k == 1:
+    name = 'ancestral' if sampler else 'greedy'
+  else:
+    name = f'k={k}' + ('' if criterion == 'exact' else f' {criterion}') + (
+        f' l={min_block}' if min_block > 1 else '') + (
+            f' tree={tree}' if tree else '')
+  name += f' {sampler}' if sampler else ''
+  return DecoderSpec(k, criterion, min_block, name=name, sampler=sampler,
+                     tree=tree)
+
+
+def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
+          min_blocks: Sequence[int] = (1,),
+          tuning: auto_k.AutoK | None = None, samplers: Sequence[str] = (),
+          trees: Sequence[str] = ()) -> list[DecoderSpec | AutoSpec]:
+  """Greedy first (the reference), every blockwise combination (k > 1),
+  the trees (widths specs) at every k deeper than them with exact
+  verification, then k='auto' where a tuning is given; then per sampler
+  its ancestral sampling (that sampler's reference) and blockwise
+  sampling at every k > 1 with each criterion sampling takes."""
+  for spec in criteria:
+    decoding.from_spec(spec)  # A bad spec fails here, before any work.
+  for spec in samplers:
+    decoding.Sampler.from_spec(spec)
+  ks = [k for k in ks if k > 1]  # Greedy decoding is the first setting.
+  settings = [setting()]
+  settings += [setting(k, criterion, min_block)
+               for criterion in criteria for min_block in min_blocks
+               for k in ks if min_block <= k]
+  for tree in trees:
+    depth = len(tree.split(','))
+    decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
+    settings += [setting(k, tree=tree) for k in ks if k > depth]
+  settings += [AutoSpec(tuning)] if tuning is not None else []
+  for sampler in samplers:
+    settings.append(setting(sampler=sampler))
+    settings += [setting(k, criterion, sampler=sampler)
+                 for criterion in criteria for k in ks
+                 if criterion.split(':')[0] in SAMPLING_CRITERIA]
+  return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """The bench's flags, read and checked (`parse`).
+
+  Attributes:
+    ks, criteria, min_blocks, samplers, trees: the sweep (`sweep`).
+    batch_sizes: the batch sizes timed.
+    tree_sizes: nodes of the trees k='auto' may choose.
+    examples: eval sentences decoded per setting.
+    repeats: timed rounds per setting.
+    calibration_examples: training sources k='auto' is tuned on (0: no
+      auto setting).
+    output_dir: where the reports go (None: WORKDIR/bench).
+  """
+  ks: list[int]
+  criteria: list[str]
+  min_blocks: list[int]
+  samplers: list[str]
+  trees: list[str]
+  batch_sizes: list[int]
+  tree_sizes: list[int]
+  examples: int
+  repeats: int
+  calibration_examples: int
+  output_dir: str | None
+
+  def settings(self, tuning: auto_k.AutoK | None = None) -> list:
+    """The sweep, with k='auto' where `tuning` is given."""
+    return sweep(self.ks, self.criteria, self.min_blocks, tuning=tuning,
+                 samplers=self.samplers, trees=self.trees)
+
+  def tune(self, decoder, task, max_len: int) -> auto_k.AutoK | None:
+    """k='auto''s tuning on the first calibration_examples training
+    sources (not the timed ones); None without them."""
+    if not self.calibration_examples:
+      return None
+    max_source_len = decoder.config.max_source_len
+    calibration, _ = task.sources('train', max_source_len,
+                                  self.calibration_examples)
+    print(f'Tuning k=auto on {len(calibration)} training sources...',
+          flush=True)
+    return auto_k.tune_k(
+        decoder, batching.pad_rows(calibration, max_source_len),
+        max_len=max_len, candidates=self.ks, tree_sizes=self.tree_sizes)
+
+  def batches(self, sources, max_source_len: int) -> dict:
+    """{batch size: [(inputs [batch, length], real rows)]} of `sources`."""
+    return {b: list(batching.eval_batches(sources, b, max_source_len))
+            for b in self.batch_sizes}
+
+
+def parse(config) -> Plan:
+  """The flags as a Plan (--quick applied), every setting checked against
+  the config's model before any work; raises app.UsageError."""
+  tasks.require_kind(config, ('text', 'lm'), job='bench')
+  heads = config.model.num_proposal_heads
+  ks = _ints('ks', _KS.value or list(config.eval.ks))
+  if max(ks) > heads:
+    raise app.UsageError(f'--ks={ks} exceed the model\'s {heads} heads.')
+  values = dict(
+      ks=ks, criteria=list(_CRITERIA.value),
+      min_blocks=_ints('min_blocks', _MIN_BLOCKS.value),
+      samplers=list(_SAMPLERS.value or config.eval.get('samplers', ())),
+      trees=list(_TREES.value or ()),
+      batch_sizes=_ints('batch_sizes', _BATCH_SIZES.value),
+      tree_sizes=(_ints('tree_sizes', _TREE_SIZES.value, low=2)
+                  if _TREE_SIZES.value else []),
+      examples=_EXAMPLES.value, repeats=_REPEATS.value,
+      calibration_examples=_CALIBRATION.value, output_dir=_OUTPUT_DIR.value)
+  if _QUICK.value:
+    values.update(_quick(values))
+  plan = Plan(**values)
+  if plan.tree_sizes and not plan.calibration_examples:
+    raise app.UsageError('--tree_sizes are the auto setting\'s: they need '
+                         '--calibration_examples > 0.')
+  for spec in plan.settings():  # Samplers and criteria checked together.
+    spec.options(config.eval.max_len).check(
+        heads, 2**31, heads_lib.dependent(config.model.head_layer))
+  return plan
+
+
+def _quick(values: dict) -> dict:
+  """--quick's values of the flags not given explicitly."""
+  quick = dict(batch_sizes=[1, 8],
+               ks=sorted({min(values['ks']), max(values['ks'])}),
+               criteria=['exact'], min_blocks=[1], examples=16, repeats=1,
+               calibration_examples=min(values['calibration_examples'], 16))
+  flag_names = dict(batch_sizes=_BATCH_SIZES, ks=_KS, criteria=_CRITERIA,
+                    min_blocks=_MIN_BLOCKS, examples=_EXAMPLES,
+                    repeats=_REPEATS, calibration_examples=_CALIBRATION)
+  return {name: value for name, value in quick.items()
+          if not flags.FLAGS[flag_names[name].name].present}
+
+
+def _ints(name, values, low=1):
+  try:
+    out = [int(v) for v in values]
+  except ValueError as error:
+    raise app.UsageError(f'--{name}: {error}') from error
+  if not out or min(out) < low:
+    raise app.UsageError(f'--{name}={values} must be integers >= {low}.')
+  return out

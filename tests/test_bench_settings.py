@@ -1,0 +1,44 @@
+"""The bench's sweep of settings, named and ordered; greedy decoding first."""
+
+import numpy as np
+import pytest
+
+from bpd_jax import auto_k
+from bpd_jax.bench import settings
+
+
+def test_sweep_order_and_combinations():
+  tuning = auto_k.AutoK(np.array([[0, 1, 1]]))
+  sweep = settings.sweep([2, 4], ['exact', 'top-k:2'], [1, 3], tuning=tuning)
+  assert [s.name for s in sweep] == [
+      'greedy', 'k=2', 'k=4', 'k=4 l=3', 'k=2 top-k:2', 'k=4 top-k:2',
+      'k=4 top-k:2 l=3', 'auto']
+  assert [s.kind for s in sweep[:2]] == ['greedy', 'blockwise']
+  assert sweep[-1].kind == 'auto' and sweep[-1].tuning is tuning
+  # No tuning, no auto setting; a k of 1 is the greedy setting already.
+  assert [s.name for s in settings.sweep([1, 2])] == ['greedy', 'k=2']
+  sampled = settings.sweep([2, 4], ['exact', 'top-k:2', 'typical:0.3,0.09'],
+                           samplers=['temperature=0.7'])
+  assert [(s.name, s.kind) for s in sampled if s.sampler] == [
+      ('ancestral temperature=0.7', 'ancestral'),
+      ('k=2 temperature=0.7', 'blockwise'),
+      ('k=4 temperature=0.7', 'blockwise'),
+      ('k=2 typical:0.3,0.09 temperature=0.7', 'blockwise'),
+      ('k=4 typical:0.3,0.09 temperature=0.7', 'blockwise')]
+  assert [s.name for s in settings.sweep([2, 3], trees=['2'])] == [
+      'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
+
+
+def test_greedy_is_k1():
+  greedy = settings.sweep([2])[0]
+  assert greedy.options(8).k == 1 and greedy.kind == 'greedy'
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(criteria=['top3']), "criterion 'top3'"),
+    (dict(samplers=['warmth=2']), "'warmth=2' is not temperature=T"),
+    (dict(trees=['2,x']), "'2,x'"),
+])
+def test_sweep_refuses_a_bad_spec(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    settings.sweep([2], **kwargs)
