@@ -1,4 +1,4 @@
-"""The harness: decoder specs, output gathering, the interleaved runner."""
+"""The harness: output gathering, the interleaved runner, shared rows."""
 
 import types
 
@@ -6,31 +6,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bpd_jax import auto_k
-from bpd_jax import decoding
 from bpd_jax import evaluation
 from bpd_jax import generate
 from bpd_jax.evaluation import runner
-from bpd_jax.evaluation.spec import AutoSpec, DecoderSpec
+from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer, TransformerConfig
-
-
-def test_spec_names_and_kinds():
-  assert DecoderSpec().name == 'greedy' and DecoderSpec().kind == 'greedy'
-  assert DecoderSpec().options(5).k == 1  # Greedy decoding is k = 1.
-  assert DecoderSpec(4, 'top-k:2', 2).name == 'blockwise k=4 top-k:2 l=2'
-  ancestral = DecoderSpec(sampler='temperature=0.7')
-  assert (ancestral.name, ancestral.kind) == ('ancestral temperature=0.7',
-                                              'ancestral')
-  auto = AutoSpec(auto_k.AutoK(np.array([[0, 1, 1]]), 'top-k:2'))
-  assert (auto.name, auto.kind, auto.criterion) == ('auto', 'auto',
-                                                    'top-k:2')
-  options = auto.options(7)  # Decoded with the tuning's own criterion.
-  assert (options.max_len, options.tuning, options.criterion) == (
-      7, auto.tuning, decoding.TopK(2))
-  assert DecoderSpec(3, refinement_spec='none:p=2').name == (
-      'blockwise k=3 none:p=2')
-  assert DecoderSpec(2, name='k=2').name == 'k=2'
 
 
 def test_gather_keeps_the_real_rows_only():

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tabulate
 
 from bpd_jax.bench import runner
+from bpd_jax.evaluation.spec import AutoSpec
 from bpd_jax.infra import atomic_files
 
 # Columns of the Markdown table (bench.json keeps them all).
@@ -41,7 +42,7 @@ def plot(rows: list[dict], path: str) -> None:
   figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
   for batch_size in sorted({row['batch_size'] for row in rows}):
     mine = [row for row in rows if row['batch_size'] == batch_size]
-    line = sorted((row for row in mine if row['decoder'] != 'auto'
+    line = sorted((row for row in mine if row['decoder'] != AutoSpec.kind
                    and row['criterion'] == 'exact' and row['min_block'] == 1
                    and row['sampler'] is None and row['tree'] is None),
                   key=lambda row: row['k'])
@@ -51,7 +52,7 @@ def plot(rows: list[dict], path: str) -> None:
     right.plot(ks, [row['mean_accepted_block'] for row in line], marker='o',
                label=f'batch {batch_size}')
     for row in mine:
-      if row['decoder'] == 'auto':
+      if row['decoder'] == AutoSpec.kind:
         left.plot([row['k']], [row['speedup']], marker='*', markersize=14,
                   color=drawn[0].get_color(), linestyle='none')
   left.axhline(1.0, color='grey', linewidth=0.8)
