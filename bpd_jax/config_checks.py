@@ -34,7 +34,7 @@ def check(config) -> None:
            warmup_steps=1, grad_accum_steps=1, log_every=1,
            checkpoint_every=1, keep_checkpoints=1)
   at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
-           periodic_examples=1)
+           periodic_examples=1, repeats=1)
   _check_seed(config)
   _check_buckets(config)
   _check_rates(train)

@@ -91,6 +91,9 @@ def get_config():
   ev.split = 'validation'  # Split decoded by evaluation.
   ev.num_examples = 0  # First N examples (0: all).
   ev.batch_size = 1  # Examples decoded together (1: latency, as the paper).
+  # Timed rounds of every decoder over the split, interleaved so that they
+  # share the machine's drifts; a decoder's wall_s is its median round.
+  ev.repeats = 3
   ev.max_len = 0  # Most tokens generated per example.
   ev.ks = (2, 4, 6, 8)  # Blockwise block sizes compared with greedy.
   # Verification criteria, each at every k: 'exact', 'top-k:T' or

@@ -5,8 +5,8 @@ jobs and periodic evaluation when the task is an image task
 ('embedded_images', 'tfds_images'). Every decoder (greedy, then blockwise
 for each k in eval.ks and each criterion in eval.criteria) generates the
 high-resolution image of each low-resolution input, H * W * C intensities
-in raster order, through the harness (`runner.run`, one timed round after
-compiling). The report gives, per decoder:
+in raster order, through the harness (`runner.run`: eval.repeats timed rounds,
+interleaved, after compiling). The report gives, per decoder:
 - mean accepted block size (intensities per model call), model calls,
   wall-clock per image and speedup over greedy;
 - PSNR and SSIM against the ground truth, and against greedy's output
@@ -68,7 +68,8 @@ def bicubic(low: np.ndarray, size: int) -> np.ndarray:
 
 def evaluate(model, task: image_task.ImageTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
-             num_examples: int = 0, mesh=None, log=print) -> dict:
+             num_examples: int = 0, repeats: int = 1, mesh=None,
+             log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
   Args:
@@ -80,6 +81,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     max_len: tokens decoded per image: a target's H * W * C intensities
       (`tokens.from_tokens` refuses any other length).
     num_examples: the first this many images (0: all).
+    repeats: timed rounds of every decoder over the batches, interleaved
+      (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the batch over.
     log: progress messages go here.
 
@@ -97,7 +100,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len)
+                        decoders, max_len=max_len, repeats=repeats)
   upsampled = bicubic(low, shape[0])
   rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
                ssim=ssim(high, upsampled))]

@@ -77,7 +77,8 @@ def _negative_log_likelihood(model, prompts, continuations):
 
 def evaluate(model, task: lm_task.LMTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
-             num_examples: int = 0, mesh=None, log=print) -> dict:
+             num_examples: int = 0, repeats: int = 1, mesh=None,
+             log=print) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
   Args:
@@ -90,6 +91,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     max_len: tokens generated per prompt.
     num_examples: the first this many prompts (0: all); perplexity is
       always over the whole split.
+    repeats: timed rounds of every decoder over the batches, interleaved
+      (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the decoding batch over.
     log: progress messages go here.
 
@@ -111,7 +114,7 @@ def evaluate(model, task: lm_task.LMTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len)
+                        decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   for row in rows:
     log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '

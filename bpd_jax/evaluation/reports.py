@@ -30,12 +30,12 @@ class Report(Protocol):
 
   def evaluate(self, model, task: tasks.Task, split: str,
                decoders: list[DecoderSpec], *, batch_size: int,
-               max_len: int, num_examples: int = 0, mesh=None,
-               log: Callable[[str], None] = print) -> dict:
+               max_len: int, num_examples: int = 0, repeats: int = 1,
+               mesh=None, log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
     most `max_len` tokens each, the batch sharded over `mesh` (None: one
-    device); returns the result: 'rows', one per decoder (the names of
+    device), timing `repeats` interleaved rounds; returns the result: 'rows', one per decoder (the names of
     the decoders), beside any baseline's, and the kind's own figures."""
 
   def write(self, result: dict, config, workdir: str,
@@ -59,7 +59,8 @@ def report(config, workdir: str, model, task: tasks.Task,
       model, task, config.eval.split,
       spec.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size, max_len=config.eval.max_len,
-      num_examples=config.eval.num_examples, mesh=mesh, log=log)
+      num_examples=config.eval.num_examples, repeats=config.eval.repeats,
+      mesh=mesh, log=log)
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result

@@ -3,7 +3,9 @@
 The report of text tasks (`reports.Report`): used by the evaluate job, by
 periodic evaluation during training and by the main job's final table.
 The decoders run through the harness
-(`runner.run`, one timed round over the whole split after compiling); the
+(`runner.run`: eval.repeats timed rounds over the whole split, the
+decoders interleaved, after compiling; a decoder's wall_s is its median
+round); the
 report gives quality, mean accepted block size, model calls, wall-clock,
 speedup over greedy decoding and the fraction of outputs identical to
 greedy's; sampling decoders (eval.samplers) their speedup over ancestral
@@ -52,7 +54,8 @@ def bleu(hypotheses: list[str], references: list[str],
 
 def evaluate(model, task: tasks.TextualTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
-             num_examples: int = 0, mesh=None, log=print) -> dict:
+             num_examples: int = 0, repeats: int = 1, mesh=None,
+             log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
 
   Args:
@@ -67,6 +70,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
       axis when a mesh is given).
     max_len: most tokens generated per sentence.
     num_examples: the first this many sentences (0: all).
+    repeats: timed rounds of every decoder over the batches, interleaved
+      (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the batch over.
     log: progress messages go here.
 
@@ -88,7 +93,7 @@ def evaluate(model, task: tasks.TextualTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len)
+                        decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text
   for run, row in zip(measured, rows):
