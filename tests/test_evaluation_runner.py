@@ -66,3 +66,25 @@ def test_greedy_comes_first():
   with pytest.raises(ValueError, match=r'the first decoder must be greedy '
                      r'\(k=1\), the reference; got blockwise k=2'):
     evaluation.run(None, [], [DecoderSpec(2)], max_len=4)
+
+
+def test_rounds_go_chunk_by_chunk_over_the_batches_in_order():
+  # About a tenth of the batches a chunk, every batch once, in order.
+  assert runner._chunks(25) == [range(i, min(i + 3, 25))  # pylint: disable=protected-access
+                                for i in range(0, 25, 3)]
+  assert runner._chunks(3) == [range(0, 1), range(1, 2), range(2, 3)]  # pylint: disable=protected-access
+  assert runner._chunks(500)[1] == range(50, 100)  # pylint: disable=protected-access
+  config = TransformerConfig(
+      vocab_size=9, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+      num_decoder_layers=1, dropout_rate=0.0, max_source_len=6,
+      max_target_len=24, num_proposal_heads=3, head_hidden=16)
+  decoder = generate.Decoder(Transformer(config, rngs=nnx.Rngs(1)))
+  rng = np.random.default_rng(1)
+  batches = [(np.concatenate([rng.integers(2, 9, (1, 5)),
+                              np.ones((1, 1), int)], axis=1), 1)
+             for _ in range(13)]
+  greedy, = evaluation.run(decoder, batches, [DecoderSpec()], max_len=12,
+                           repeats=2)
+  alone = [np.asarray(decoder.greedy(inputs, max_len=12).tokens)
+           for inputs, _ in batches]
+  np.testing.assert_array_equal(greedy.outputs.tokens, np.concatenate(alone))

@@ -1,11 +1,17 @@
 """Decoders run side by side over the same batches, and their outputs.
 
-`run` first compiles every spec (timed), then decodes all batches with
-every spec in turn, `repeats` rounds, so that the decoders interleave and
-share the machine's drifts; a spec's wall time is its median round. The
-text and image reports (one round), the bench and the drafts comparison
-all measure through it and only compute their own metrics from what it
-returns.
+`run` first compiles every spec (timed), then times `repeats` rounds over
+all batches. A round goes chunk by chunk (about a tenth of the batches
+each), every spec decoding the chunk in turn, so that the decoders share
+the machine's drifts at a grain of a fraction of a second: a shared
+2-core machine's speed moves by tens of percent from second to second,
+and rounds of a whole split per spec let one decoder's rounds fall on a
+slow spell. A spec keeps its programs and weights warm over a chunk, as
+it would decoding alone (interleaving every batch measured cold caches
+instead). A spec's round time is the sum of its chunks; its wall time is
+its median round. The reports (eval.repeats), the bench and the drafts
+comparison all measure through it and only compute their own metrics from
+what it returns.
 """
 
 import dataclasses
@@ -112,12 +118,12 @@ def run(decoder: generate.Decoder, batches: Batches,
   if repeats < 1:
     raise ValueError(f'repeats={repeats} must be >= 1.')
 
-  def decode(spec):
+  def decode(spec, indices):
     # A sampling decoder's key is its batch's index: each round draws the
     # same samples, each batch others.
-    results = [spec.run(decoder, inputs, max_len, rescorers, key=index)
-               for index, (inputs, _) in enumerate(batches)]
-    return jax.block_until_ready(results)
+    return jax.block_until_ready(
+        [spec.run(decoder, batches[index][0], max_len, rescorers, key=index)
+         for index in indices])
 
   compile_s = {}
   first_inputs = batches[0][0]
@@ -132,19 +138,31 @@ def run(decoder: generate.Decoder, batches: Batches,
                                    rescorers))
     compile_s[spec] = max(first - (time.perf_counter() - begin), 0.0)
 
-  walls = {spec: [] for spec in specs}
+  walls = {spec: [0.0] * repeats for spec in specs}
   recompiles = dict.fromkeys(specs, 0)
-  results = {}
+  results = {spec: [] for spec in specs}  # The last round's, batch order.
   for round_ in range(repeats):
     progress(f'timed round {round_ + 1}/{repeats}')
-    for spec in specs:
-      before = decoder.compilations()
-      begin = time.perf_counter()
-      results[spec] = decode(spec)
-      walls[spec].append(time.perf_counter() - begin)
-      recompiles[spec] += decoder.compilations() - before
+    last = round_ == repeats - 1
+    for chunk in _chunks(len(batches)):
+      for spec in specs:
+        before = decoder.compilations()
+        begin = time.perf_counter()
+        decoded = decode(spec, chunk)
+        walls[spec][round_] += time.perf_counter() - begin
+        recompiles[spec] += decoder.compilations() - before
+        if last:
+          results[spec] += decoded
   return [Measurement(spec, gather(results[spec], batches), walls[spec],
                       compile_s[spec], recompiles[spec]) for spec in specs]
+
+
+def _chunks(count: int, per_round: int = 10) -> list[range]:
+  """The batch indices 0..count-1 in `per_round` consecutive chunks (fewer
+  when there are fewer batches)."""
+  size = -(-count // per_round)  # Ceiling: at most per_round chunks.
+  return [range(start, min(start + size, count))
+          for start in range(0, count, size)]
 
 
 def comparison_rows(measured: Sequence[Measurement],
