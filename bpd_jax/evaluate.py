@@ -2,14 +2,14 @@
 
     python -m bpd_jax.evaluate --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Decodes the config's eval split greedily and blockwise (eval.ks, criteria,
-min_block), prints a one-screen table and writes
-WORKDIR/eval_<split>.json: BLEU (sacreBLEU on detokenized output, with its
-signature), mean accepted block size, model calls, wall-clock, speedup over
-greedy and the fraction of outputs identical to greedy's. For an image task
-(configs/sr_demo.py, configs/celeba_sr.py) the report is
-bpd_jax/evaluation/image.py's: PSNR/SSIM, mean accepted block, time per
-image, WORKDIR/sr_<split>.json and the image grid sr_<split>.png.
+Decodes the config's eval split greedily and with every decoder of
+config.eval (eval.ks, criteria, min_block, samplers), eval.repeats timed
+rounds, and prints and writes the report the task's kind picks
+(`evaluation/reports.py`): for translation WORKDIR/eval_<split>.json with
+BLEU, mean accepted block, model calls, wall-clock, speedup over greedy
+and the fraction of outputs identical to greedy's; for a language model
+the same rows beside perplexity; for super-resolution PSNR/SSIM,
+WORKDIR/sr_<split>.json and the image grid sr_<split>.png.
 """
 
 from absl import flags

@@ -6,7 +6,7 @@
 #   scripts/accelerator_bench.sh DATA RUNS OUT
 #
 # DATA: the Multi30k text (train.en/.de, val.en/.de); RUNS: the Multi30k
-# runs of the README (RUNS/base, and whichever head runs exist among
+# runs of docs/results/multi30k.md (RUNS/base, and whichever head runs exist among
 # RUNS/sequential, RUNS/draft_layer, RUNS/distilled_finetuned,
 # RUNS/distilled_frozen_sequential, RUNS/distilled_sequential; the
 # distilled ones read RUNS/distilled); OUT: one bench folder per setting
@@ -66,8 +66,8 @@ for heads in independent sequential autoregressive; do
       --workdir="$OUT/random_base_$heads" "${BASE_SIZE[@]}"
 done
 
-# name:options, each a run of the README's Multi30k section (RUNS/base:
-# the base with the paper's heads, trained by the section's first command).
+# name:options, each a run of docs/results/multi30k.md (RUNS/base:
+# the base with the paper's heads, trained by its first command).
 [[ " $PARTS " == *" trained "* ]] &&
 for run in base: sequential:heads=sequential \
     draft_layer:heads=autoregressive \

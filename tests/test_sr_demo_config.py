@@ -58,7 +58,7 @@ def test_bad_eval_fields_stop_before_any_work():
 
 @pytest.mark.slow
 def test_quick_run_writes_the_report_and_grid(tmp_path):
-  """The README's super-resolution command in its quick form."""
+  """docs/guide/images.md's super-resolution command in its quick form."""
   result = subprocess.run(
       [sys.executable, '-m', 'bpd_jax.main',
        '--config=configs/sr_demo.py:quick', f'--workdir={tmp_path}'],

@@ -1,1 +1,1 @@
-"""Decoding benchmarks: `python -m bpd_jax.bench` (see docs/benchmarks.md)."""
+"""Decoding benchmarks: `python -m bpd_jax.bench` (see docs/guide/benchmarks.md)."""

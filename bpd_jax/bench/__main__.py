@@ -6,7 +6,7 @@ Times, per batch size, greedy decoding and the sweep of `bench/settings.py`
 (blockwise k x criteria x minimum blocks, trees, k='auto', sampling) on the
 first --examples sentences of the eval split, interleaved, --repeats
 rounds, medians; writes OUTPUT_DIR/bench.json, .md and .png (the columns:
-docs/benchmarks.md). --quick: a run under a minute, the machinery only.
+docs/guide/benchmarks.md). --quick: a run under a minute, the machinery only.
 """
 
 import os
