@@ -29,12 +29,17 @@ def test_gather_keeps_the_real_rows_only():
   assert out.mean_block == pytest.approx(5 / 4)
 
 
-def test_interleaved_rounds_equal_greedy_without_recompiling():
+def tiny_decoder(seed: int) -> generate.Decoder:
+  """A random 3-head encoder-decoder of 9 tokens, sources of 6."""
   config = TransformerConfig(
       vocab_size=9, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
       num_decoder_layers=1, dropout_rate=0.0, max_source_len=6,
       max_target_len=24, num_proposal_heads=3, head_hidden=16)
-  decoder = generate.Decoder(Transformer(config, rngs=nnx.Rngs(0)))
+  return generate.Decoder(Transformer(config, rngs=nnx.Rngs(seed)))
+
+
+def test_interleaved_rounds_equal_greedy_without_recompiling():
+  decoder = tiny_decoder(seed=0)
   rng = np.random.default_rng(0)
   batches = [(np.concatenate([rng.integers(2, 9, (2, 5)),
                               np.ones((2, 1), int)], axis=1), real)
@@ -74,11 +79,7 @@ def test_rounds_go_chunk_by_chunk_over_the_batches_in_order():
                                 for i in range(0, 25, 3)]
   assert runner._chunks(3) == [range(0, 1), range(1, 2), range(2, 3)]  # pylint: disable=protected-access
   assert runner._chunks(500)[1] == range(50, 100)  # pylint: disable=protected-access
-  config = TransformerConfig(
-      vocab_size=9, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-      num_decoder_layers=1, dropout_rate=0.0, max_source_len=6,
-      max_target_len=24, num_proposal_heads=3, head_hidden=16)
-  decoder = generate.Decoder(Transformer(config, rngs=nnx.Rngs(1)))
+  decoder = tiny_decoder(seed=1)
   rng = np.random.default_rng(1)
   batches = [(np.concatenate([rng.integers(2, 9, (1, 5)),
                               np.ones((1, 1), int)], axis=1), 1)
