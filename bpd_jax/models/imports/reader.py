@@ -146,7 +146,8 @@ class Checkpoint:
 
   @property
   def names(self) -> tuple[str, ...]:
-    """Every tensor's name: in file order, or the index's order."""
+    """Every tensor's name, as model.safetensors lists them or in the
+    index's order."""
     return tuple(self._entries)
 
   def __contains__(self, name: str) -> bool:
