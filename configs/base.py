@@ -6,12 +6,13 @@ they set commented where they set it; a field they leave keeps the value
 and the comment given here. The fields of one task (its `task` section
 beyond name and max lengths), of image models and of the draft job are set
 by the configs that use them; their modules document them (bpd_jax/tasks/,
-models/transformer.py, `drafts_config` below).
+models/transformer_config.py, `drafts_config` below).
 
 Not a config to run: it names no task.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def get_config():
@@ -24,11 +25,28 @@ def get_config():
   task.max_target_len = 0  # Longest training target, in tokens (eos too).
 
   config.model = model = ml_collections.ConfigDict()
-  model.size = 'tiny'  # Starting sizes (models/transformer.py SIZES).
+  model.size = 'tiny'  # Starting sizes (models/transformer_config.py SIZES).
   model.dropout_rate = 0.1  # Training only.
   model.max_source_len = 0  # Longest source the encoder takes (eval too).
   model.max_target_len = 0  # Decoder positions: eval.max_len + k must fit.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
+  # The base's pieces beyond its sizes (models/transformer_config.py); the
+  # defaults are the paper's Transformer, an imported checkpoint sets its own.
+  model.norm = 'layer'  # 'layer' (LayerNorm) or 'rms' (RMSNorm, Llama's).
+  # 'plain' down(act(up(x))), or 'gated' down(act(gate(x)) * up(x)), which
+  # is SwiGLU with model.activation = 'silu'.
+  model.feed_forward = 'plain'
+  # Key/value heads of each attention layer (grouped-query attention; 1:
+  # multi-query); None: as many as model.num_heads.
+  model.num_kv_heads = config_dict.placeholder(int)
+  model.head_dim = config_dict.placeholder(int)  # None: d_model // num_heads.
+  model.qkv_bias = True  # Biases on the query, key and value projections.
+  model.out_bias = True  # A bias on the attention output projection.
+  model.ffn_bias = True  # Biases on the feed-forward layers.
+  model.rope_theta = 10_000.0  # Frequencies' base of positions='rotary'.
+  # None, or a dict of models/rotary.py RopeScaling's fields (kind 'linear'
+  # or 'llama3', factor, ...) that stretches the rotary frequencies.
+  model.rope_scaling = config_dict.placeholder(dict)
   # 'independent' heads, the paper's 'joint' layer, 'sequential' heads
   # that read the previous head's proposed token, or an 'autoregressive'
   # draft layer with its own cache (models/heads.py, draft_layer.py).

@@ -60,7 +60,7 @@ def get_config(arg=None):
   task.max_target_len = 24  # Longest training target, in tokens with eos.
 
   model = config.model
-  model.size = 'tiny'  # Starting sizes (models/transformer.py), overridden below.
+  model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.
   model.d_model = 128  # Width of every layer.
   model.d_ff = 512  # Feed-forward hidden width.
   model.num_heads = 4  # Attention heads.

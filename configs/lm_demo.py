@@ -79,7 +79,7 @@ def get_config(arg=None):
   task.max_target_len = 128  # Tokens of an example: the training length.
 
   model = config.model
-  model.size = 'tiny'  # Starting sizes (models/transformer.py), overridden below.
+  model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.
   model.num_encoder_layers = 0  # Decoder-only: a language model.
   model.num_decoder_layers = 2  # Decoder depth.
   model.d_model = 128  # Width of every layer.

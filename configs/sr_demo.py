@@ -54,7 +54,7 @@ def get_config(arg=None):
   task.max_target_len = high_res * high_res * 3  # Output intensities.
 
   model = config.model
-  model.size = 'tiny'  # Starting sizes (models/transformer.py), overridden below.
+  model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.
   model.d_model = 64  # Width of every layer.
   model.d_ff = 256  # Feed-forward hidden width.
   model.num_heads = 4  # Attention heads.

@@ -112,7 +112,7 @@ def get_config(arg=None):
     del task.dataset, task.mock_examples
 
   model = config.model
-  model.size = 'tiny' if local else 'base'  # models/transformer.py SIZES.
+  model.size = 'tiny' if local else 'base'  # transformer_config.SIZES.
   model.max_source_len = task.max_source_len  # Eval sources are cut to it.
   model.max_target_len = (32 if local else 256) + 10  # eval.max_len + k <= it.
   model.num_proposal_heads = k  # k heads (1: the base model alone).

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax.models import attention
+from bpd_jax.models import rotary
 
 
 def test_causal_mask_per_example_positions():
@@ -132,3 +133,85 @@ def test_local_window_rejects_bad_sizes():
     attention.LocalWindow(0, 2)
   with pytest.raises(ValueError, match='memory=-1 must be an integer >= 0'):
     attention.LocalWindow(2, -1)
+
+
+def _grouped(rotate=None, **kwargs):
+  """4 query heads of width 8 over 2 key/value heads, on d_model 16."""
+  return attention.SelfAttention(16, 4, num_kv_heads=2, head_dim=8,
+                                 rotary=rotate, dtype=None,
+                                 param_dtype=jnp.float32, rngs=nnx.Rngs(0),
+                                 **kwargs)
+
+
+def _with_repeated_kv_heads(grouped):
+  """A full multi-head layer whose key/value head h is the grouped layer's
+  head h // 2 (Hugging Face's repeat_kv): the same attention."""
+  full = attention.SelfAttention(16, 4, head_dim=8, rotary=grouped.rotary,
+                                 dtype=None, param_dtype=jnp.float32,
+                                 rngs=nnx.Rngs(1))
+  repeat = lambda w: jnp.repeat(w.reshape(w.shape[:-1] + (2, 8)), 2,
+                                axis=-2).reshape(w.shape[:-1] + (32,))
+  for name in ('kernel', 'bias'):
+    w = getattr(grouped.qkv, name)[...]
+    q, k, v = w[..., :32], w[..., 32:48], w[..., 48:]
+    getattr(full.qkv, name)[...] = jnp.concatenate(
+        [q, repeat(k), repeat(v)], axis=-1)
+    getattr(full.out, name)[...] = getattr(grouped.out, name)[...]
+  return full
+
+
+@pytest.mark.parametrize('rotate', [None, rotary.Rotary(8, 100.0)])
+def test_grouped_query_attention_is_full_attention_with_repeated_kv_heads(
+    rotate):
+  grouped = _grouped(rotate)
+  full = _with_repeated_kv_heads(grouped)
+  x = jax.random.normal(jax.random.key(4), (2, 6, 16))
+  mask = attention.causal_mask(jnp.broadcast_to(jnp.arange(6), (2, 6)), 6)
+  np.testing.assert_allclose(grouped(x, mask), full(x, mask), rtol=1e-5,
+                             atol=1e-6)
+  # Cached, at each example's own offset: the cache holds 2 heads, not 4.
+  start = jnp.asarray([0, 3])
+  out, cache = grouped.extend(x[:, :3], attention.KVCache.zeros(
+      2, 8, 2, 8, jnp.float32), start)
+  assert cache.key.shape == (2, 8, 2, 8)
+  expected, _ = full.extend(x[:, :3], attention.KVCache.zeros(
+      2, 8, 4, 8, jnp.float32), start)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_head_dim_and_biases_set_the_projections():
+  layer = _grouped(qkv_bias=True, out_bias=False)
+  params = nnx.state(layer, nnx.Param)
+  assert params['qkv']['kernel'].shape == (16, (4 + 2 * 2) * 8)
+  assert params['qkv']['bias'].shape == ((4 + 2 * 2) * 8,)
+  assert set(params['out']) == {'kernel'}
+  assert params['out']['kernel'].shape == (32, 16)
+  bare = _grouped(qkv_bias=False, out_bias=False)
+  assert all(set(p) == {'kernel'} for p in nnx.state(bare, nnx.Param).values())
+  with pytest.raises(ValueError, match='num_heads=4 must be a multiple of '
+                     'num_kv_heads=3'):
+    attention.SelfAttention(16, 4, num_kv_heads=3, dtype=None,
+                            param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+
+
+def test_rotary_cache_holds_rotated_keys_and_extends_as_the_full_pass():
+  rotate = rotary.Rotary(8, 100.0)
+  layer = _grouped(rotate)
+  x = jax.random.normal(jax.random.key(5), (2, 7, 16))
+  positions = jnp.broadcast_to(jnp.arange(7), (2, 7))
+  full = layer(x, attention.causal_mask(positions, 7))
+  # Example 0 extends 3 then 4 positions, example 1 5 then 2.
+  cache = attention.KVCache.zeros(2, 9, 2, 8, jnp.float32)
+  first, cache = layer.extend(x[:, :5], cache, jnp.asarray([0, 0]))
+  second, cache = layer.extend(
+      jnp.stack([x[0, 3:7], jnp.pad(x[1, 5:7], ((0, 2), (0, 0)))]), cache,
+      jnp.asarray([3, 5]))
+  np.testing.assert_allclose(first[0, :3], full[0, :3], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(second[0], full[0, 3:], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(first[1], full[1, :5], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(second[1, :2], full[1, 5:], rtol=1e-5,
+                             atol=1e-6)
+  _, keys, _ = layer.project(x, positions)
+  unrotated = layer.qkv(x)[..., 32:48].reshape(2, 7, 2, 8)
+  np.testing.assert_allclose(keys, rotate(unrotated, positions), rtol=1e-6)
+  np.testing.assert_allclose(cache.key[:, :7], keys, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ from flax import nnx
 
 from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.models import factory
+from bpd_jax.models import RopeScaling, TransformerConfig
 
 from train_configs import tiny_config
 
@@ -46,3 +47,32 @@ def test_another_architecture_is_refused(tmp_path):
     factory.restore_model(config, str(tmp_path), vocab_size=41)
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
     factory.restore_model(config, str(tmp_path / 'none'), vocab_size=40)
+
+
+ADDED_FIELDS = ('norm', 'feed_forward', 'num_kv_heads', 'head_dim',
+                'qkv_bias', 'out_bias', 'ffn_bias', 'rope_theta',
+                'rope_scaling')
+
+
+def test_the_model_sections_defaults_are_the_papers_transformer():
+  model = factory.model_config_from(tiny_config(), 40)
+  paper = TransformerConfig(vocab_size=40)
+  assert all(getattr(model, name) == getattr(paper, name)
+             for name in ADDED_FIELDS)
+
+
+def test_llama_family_fields_from_the_model_section():
+  config = tiny_config()
+  config.model.update(
+      norm='rms', positions='rotary', feed_forward='gated', activation='silu',
+      num_kv_heads=1, head_dim=8, qkv_bias=False, out_bias=False,
+      ffn_bias=False, rope_theta=500_000.0,
+      rope_scaling=dict(kind='llama3', factor=8.0,
+                        original_max_positions=8192))
+  model = factory.model_config_from(config, 40)
+  assert model.rope_scaling == RopeScaling('llama3', 8.0)
+  assert (model.kv_heads, model.attention_head_dim) == (1, 8)
+  assert factory.random_model(config, 40).decoder_layers[0].ffn.gate
+  config.model.rope_scaling = dict(kind='dynamic', factor=2.0)
+  with pytest.raises(ValueError, match="kind='dynamic' is not one of"):
+    factory.model_config_from(config, 40)

@@ -9,6 +9,10 @@ from flax import nnx
 
 from bpd_jax.infra import ops
 from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
+from bpd_jax.models import norms
+from bpd_jax.models import RopeScaling
+
+import llama_like
 
 @nnx.jit
 def extend(model, cache, tokens, start):
@@ -91,6 +95,98 @@ def test_float32_cache_matches_to_float_precision():
   np.testing.assert_allclose(cached, full, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize('architecture,encoder_layers,dtype', [
+    ('llama', 0, 'float64'), ('qwen2', 0, 'float64'), ('llama', 2, 'float64'),
+    ('llama', 0, 'float32'), ('qwen2', 0, 'float32'),
+    ('llama', 0, 'bfloat16'), ('qwen2', 0, 'bfloat16')])
+def test_llama_family_cached_extend_equals_full_forward(
+    architecture, encoder_layers, dtype):
+  """Rotary positions at each example's own offset (examples starting at
+  positions 1 and 4, blocks of 1 and 3 after rejected ones), grouped-query
+  attention with a cache of the key/value heads, RMSNorm and the gated
+  feed-forward layer; the encoder-decoder too. bfloat16 computes in its
+  own dtype both ways: equal to a few of its roundings."""
+  with jax.enable_x64(dtype == 'float64'):
+    config = TransformerConfig(**{
+        **TINY, 'num_encoder_layers': encoder_layers, 'dtype': dtype,
+        'param_dtype': dtype, **llama_like.ARCHITECTURES[architecture]})
+    model = Transformer(config, rngs=nnx.Rngs(3))
+    source = None
+    if encoder_layers:
+      source = jnp.asarray([[5, 6, 7, 8, 1, 0], [4, 9, 1, 0, 0, 0]])
+    tokens = jnp.asarray(np.random.default_rng(1).integers(
+        3, config.vocab_size, (2, 10)), jnp.int32)
+    full = np.asarray(model(source, tokens).astype(jnp.float32))
+    tolerance = dict(float64=1e-9, float32=1e-5,
+                     bfloat16=8 * 2**-8 * np.abs(full).max())[dtype]
+    for chunk in (1, 3):
+      cached = extend_in_chunks(model, source, tokens, [1, 4], chunk)
+      assert cached.dtype == jnp.dtype(dtype)
+      np.testing.assert_allclose(np.asarray(cached.astype(jnp.float32)),
+                                 full, rtol=0, atol=tolerance)
+
+
+def test_llama_pieces_are_in_every_layer():
+  config = TransformerConfig(**{**TINY, **llama_like.LLAMA,
+                                'tie_output': False})
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  params = nnx.to_flat_state(nnx.state(model, nnx.Param))
+  names = ['/'.join(map(str, path)) for path, _ in params]
+  assert not [name for name in names if name.endswith('bias')
+              and not name.startswith('heads')]
+  layers = [*model.encoder_layers, *model.decoder_layers]
+  norm_layers = [model.decoder_norm, model.encoder_norm] + [
+      sublayer.norm for layer in layers
+      for sublayer in (layer.attention_sublayer, layer.ffn_sublayer)]
+  assert all(isinstance(norm, norms.RMSNorm) and norm.epsilon == 1e-5
+             for norm in norm_layers)
+  assert all(hasattr(layer.ffn, 'gate') for layer in layers)
+  attention = model.decoder_layers[0].attention
+  assert attention.qkv.kernel.shape == (16, (4 + 2 * 2) * 8)
+  assert attention.out.kernel.shape == (4 * 8, 16)
+  cache = model.init_cache(2, 5, jnp.asarray([[4, 5, 1], [4, 1, 0]]))
+  assert cache.self_attention[0].key.shape == (2, 5, 2, 8)
+  assert cache.memory[0].key.shape == (2, 3, 2, 8)
+  # Rotary positions add nothing to the inputs.
+  tokens = jnp.asarray([[5, 6, 7]])
+  np.testing.assert_array_equal(
+      model._embed(tokens, jnp.arange(3)[None], False, None),  # pylint: disable=protected-access
+      model.target_embed(tokens))
+  qwen2 = Transformer(TransformerConfig(**{**TINY, **llama_like.QWEN2}),
+                      rngs=nnx.Rngs(0))
+  layer = qwen2.decoder_layers[0]
+  assert layer.attention.qkv.bias is not None
+  assert layer.attention.out.bias is None and layer.ffn.up.bias is None
+
+
+def test_bfloat16_computes_in_bfloat16_with_float32_logits():
+  config = TransformerConfig(**{
+      **TINY, **llama_like.LLAMA, 'num_encoder_layers': 0,
+      'dtype': 'bfloat16', 'param_dtype': 'bfloat16', 'tie_output': False,
+      'head_layer': 'sequential'})
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  assert {leaf.dtype for leaf in jax.tree.leaves(
+      nnx.state(model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
+  tokens = jnp.asarray([[5, 6, 7, 8]])
+  hidden = model(None, tokens)
+  assert hidden.dtype == jnp.bfloat16
+  cache = model.init_cache(1, 6)
+  features, cache = extend(model, cache, tokens, jnp.zeros(1, jnp.int32))
+  assert cache.self_attention[0].key.dtype == jnp.bfloat16
+  weights = model.decoding_weights(3)
+  assert model.logits(hidden).dtype == jnp.float32
+  logits = model.next_token_logits(features, weights)
+  assert logits.dtype == jnp.float32
+  # The float32 product of the bfloat16 operands, not a bfloat16 rounding.
+  expected = (features.astype(jnp.float32)
+              @ weights.vocab.astype(jnp.float32))
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+  _, draft_logits, _ = model.draft(
+      cache, features, jnp.roll(tokens, -1, 1), jnp.zeros(1, jnp.int32),
+      jnp.asarray([3]), lambda _, l: jnp.argmax(l, -1), 3, weights)
+  assert draft_logits.dtype == jnp.float32
+
+
 def test_dropout_only_in_training():
   model = Transformer(TransformerConfig(**TINY), rngs=nnx.Rngs(0))
   source = jnp.asarray([[5, 6, 7, 1]])
@@ -138,7 +234,7 @@ def test_paper_sizes():
      r'\[0, 1\)'),
     ('dropout_rate', float('nan'), r'dropout_rate=nan must be a finite'),
     ('d_model', True, 'd_model=True must be an integer >= 1'),
-    ('positions', 'rotary', "positions='rotary' is not one of"),
+    ('positions', 'alibi', "positions='alibi' is not one of"),
     ('head_layer', 'shared', "head_layer='shared' is not one of"),
     ('num_proposal_heads', 0, 'num_proposal_heads=0 must be'),
     ('eos_id', 11, r'eos_id=11 is outside the vocabulary \[0, 11\)'),
@@ -152,7 +248,7 @@ def test_paper_sizes():
     ('positions', 'image', "positions='image' needs image"),
     ('image', ImagePositions(target_side=2), "image needs positions='image'"),
     ('activation', 'swish', r"activation='swish' is not one of \('relu', "
-     r"'gelu'\)"),
+     r"'gelu', 'silu'\)"),
     ('layer_norm_epsilon', 0.0, 'layer_norm_epsilon=0.0 must be a finite '
      'number > 0'),
     ('layer_norm_epsilon', '1e-5', "layer_norm_epsilon='1e-5' must be a "
@@ -167,10 +263,33 @@ def test_paper_sizes():
      r'distinct ascending decoder layers below the top one, in \[0, 0\]'),
     ('draft_feature_layers', (0,), r"draft_feature_layers=\(0,\) are read "
      "by the autoregressive draft layer; head_layer='independent'"),
+    ('norm', 'batch', r"norm='batch' is not one of \('layer', 'rms'\)"),
+    ('feed_forward', 'glu', r"feed_forward='glu' is not one of "
+     r"\('plain', 'gated'\)"),
+    ('num_kv_heads', 3, 'num_kv_heads=3 must be an integer >= 1 dividing '
+     'num_heads=2'),
+    ('num_kv_heads', 0, 'num_kv_heads=0 must be an integer >= 1'),
+    ('head_dim', 0, 'head_dim=0 must be an integer >= 1'),
+    ('head_dim', 2.0, 'head_dim=2.0 must be an integer >= 1'),
+    ('qkv_bias', 1, 'qkv_bias=1 must be a bool'),
+    ('ffn_bias', None, 'ffn_bias=None must be a bool'),
+    ('rope_theta', 0.0, 'rope_theta=0.0 must be a finite number > 0'),
+    ('rope_scaling', RopeScaling('linear', 2.0), "rope_scaling stretches "
+     "rotary positions; positions='sinusoidal'"),
+    ('rope_scaling', dict(kind='linear', factor=2.0), 'rope_scaling=.* must '
+     'be None or a rotary.RopeScaling'),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
     TransformerConfig(**{**TINY, field: value})
+
+
+def test_heads_of_their_own_width_and_rotary_pairs():
+  config = TransformerConfig(**{**TINY, 'num_heads': 3, 'head_dim': 4})
+  assert (config.kv_heads, config.attention_head_dim) == (3, 4)
+  with pytest.raises(ValueError, match="positions='rotary' rotates pairs "
+                     "of a head's features: head_dim=3 must be even"):
+    TransformerConfig(**{**TINY, 'positions': 'rotary', 'head_dim': 3})
 
 
 def test_architecture_defaults_are_the_papers():
@@ -280,7 +399,12 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
     ('autoregressive', False, True, dict(draft_source='own')),
     ('autoregressive', True, True, dict(draft_feature_layers=(0,))),
     ('autoregressive', True, True, dict(draft_source='own',
-                                        draft_feature_layers=(0,)))])
+                                        draft_feature_layers=(0,))),
+    # On Llama-family bases (their scale_embeddings=False wins): the draft
+    # layer reading the source through a base's grouped keys and values.
+    ('sequential', False, True, llama_like.LLAMA),
+    ('autoregressive', True, True, dict(**llama_like.QWEN2,
+                                        draft_source='base'))])
 def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
     head_layer, tie_output, scale_embeddings, drafter):
   """A draft made head after head through the cache equals the
@@ -288,10 +412,10 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
   reads the token chosen before it, and a draft layer's stale entries
   (past the last accepted position, or from an earlier draft) are unread.
   So too for the draft layer that reads the source or a lower layer."""
-  model = Transformer(TransformerConfig(
-      **{**TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0},
-      tie_output=tie_output, head_layer=head_layer,
-      scale_embeddings=scale_embeddings, **drafter), rngs=nnx.Rngs(0))
+  model = Transformer(TransformerConfig(**{
+      **TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0,
+      'tie_output': tie_output, 'head_layer': head_layer,
+      'scale_embeddings': scale_embeddings, **drafter}), rngs=nnx.Rngs(0))
   vocab = TINY['vocab_size']
   rng = np.random.default_rng(0)
   source = jnp.asarray(rng.integers(3, vocab, (3, 5)))
@@ -333,18 +457,19 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
     model.proposal_logits(features[:, 0], 3)
 
 
-@pytest.mark.parametrize('encoder_layers, positions', [(2, 'sinusoidal'),
-                                                       (0, 'learned')])
+@pytest.mark.parametrize('encoder_layers, fields', [
+    (2, dict(positions='sinusoidal')), (0, dict(positions='learned')),
+    (0, llama_like.LLAMA)])
 def test_a_tree_node_decodes_as_its_path_and_commit_writes_the_chain(
-    encoder_layers, positions):
+    encoder_layers, fields):
   """extend_tree: each node's output is that of its path decoded as a
   chain; commit: the winning path's entries, moved into place, are the
   chain's entries. Stale entries past the root (an earlier block) are
-  never read."""
+  never read. Rotary keys are rotated by each node's depth in its path."""
   from bpd_jax.decoding import tree as tree_lib  # pylint: disable=g-import-not-at-top
   with jax.enable_x64(True):
     config = TransformerConfig(**{
-        **TINY, 'num_encoder_layers': encoder_layers, 'positions': positions,
+        **TINY, 'num_encoder_layers': encoder_layers, **fields,
         'dtype': 'float64', 'param_dtype': 'float64'})
     model = Transformer(config, rngs=nnx.Rngs(4))
     source = jnp.asarray([[5, 6, 7, 1], [4, 9, 1, 0]]) if encoder_layers \

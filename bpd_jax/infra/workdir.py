@@ -86,6 +86,11 @@ ADDED_FIELDS = {
     'model.draft_source': 'none',  # The draft layer read no source.
     'model.draft_feature_layers': (),  # The draft layer read the top only.
     'train.read_unverified': False,  # Unverifiable steps were refused.
+    # The base was the paper's Transformer (configs/base.py's model section).
+    'model.norm': 'layer', 'model.feed_forward': 'plain',
+    'model.num_kv_heads': None, 'model.head_dim': None,
+    'model.qkv_bias': True, 'model.out_bias': True, 'model.ffn_bias': True,
+    'model.rope_theta': 10_000.0, 'model.rope_scaling': None,
 }
 
 # The record's entries that are no config field: the run's vocabulary, as

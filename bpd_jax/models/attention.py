@@ -15,6 +15,12 @@ positions before it (`LocalWindow`). Training computes it block by block;
 cached decoding reads only a fixed-size window of the cache around the new
 positions, so a decoding step costs the same at the first pixel of an image
 as at the last, whatever the image size.
+
+Keys and values may have fewer heads than queries (grouped-query attention,
+multi-query at one): the cache then holds only those, and each group of
+query heads attends to its shared key/value head. With rotary positions
+(models/rotary.py) keys are cached as rotated at their absolute positions,
+so an entry never changes once written.
 """
 
 import dataclasses
@@ -24,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bpd_jax.infra import ops
+from bpd_jax.models import rotary as rotary_lib
 
 
 @jax.tree_util.register_dataclass
@@ -32,8 +39,8 @@ class KVCache:
   """Keys and values of one attention layer.
 
   Attributes:
-    key: [batch, positions, heads, head_dim].
-    value: [batch, positions, heads, head_dim].
+    key: [batch, positions, kv_heads, head_dim].
+    value: [batch, positions, kv_heads, head_dim].
   """
   key: jax.Array
   value: jax.Array
@@ -104,10 +111,11 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
                             own_values: list[jax.Array]) -> jax.Array:
   """Attention over a sequence's keys plus entries of each query's own.
 
-  What an unrolled drafting step attends to at every position t at once: the sequence's entries that
-  `mask` lets t see, and the entries written at t by the steps before it
-  and by itself, which no other position sees. Those join the scores as
-  extra columns, one per step, instead of a [T, T] matrix a step.
+  What an unrolled drafting step attends to at every position t at once:
+  the sequence's entries that `mask` lets t see, and the entries written
+  at t by the steps before it and by itself, which no other position sees.
+  Those join the scores as extra columns, one per step, instead of a
+  [T, T] matrix a step.
 
   Args:
     q: [batch, T, heads, head_dim] queries, one per position.
@@ -119,12 +127,18 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
   Returns:
     [batch, T, heads, head_dim] attended values.
   """
-  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-  scores = jnp.einsum('bthd,bshd->bhts', q, keys.astype(q.dtype)) * scale
+  # Scores and softmax in at least float32, as jax.nn.dot_product_attention
+  # (what decoding runs) computes them.
+  wide = jnp.promote_types(q.dtype, jnp.float32)
+  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], wide))
+  scores = jnp.einsum('bthd,bshd->bhts', q, keys.astype(q.dtype),
+                      preferred_element_type=wide) * scale
   scores = jnp.where(mask, scores, -jnp.inf)
-  own = jnp.stack([jnp.einsum('bthd,bthd->bht', q, key.astype(q.dtype))
+  own = jnp.stack([jnp.einsum('bthd,bthd->bht', q, key.astype(q.dtype),
+                              preferred_element_type=wide)
                    for key in own_keys], axis=-1) * scale
-  weights = jax.nn.softmax(jnp.concatenate([scores, own], axis=-1), axis=-1)
+  weights = jax.nn.softmax(jnp.concatenate([scores, own], axis=-1),
+                           axis=-1).astype(q.dtype)
   length = keys.shape[1]
   return (jnp.einsum('bhts,bshd->bthd', weights[..., :length],
                      values.astype(q.dtype))
@@ -133,54 +147,119 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
 
 
 class _Projections(nnx.Module):
-  """Shared shape logic: [..., d_model] <-> [..., heads, head_dim]."""
+  """Shared shape logic: [..., heads * head_dim] <-> [..., heads, head_dim].
 
-  def __init__(self, d_model: int, num_heads: int):
-    if d_model % num_heads:
-      raise ValueError(
-          f'd_model={d_model} must be divisible by num_heads={num_heads}.')
+  Queries have `num_heads` heads, keys and values `num_kv_heads` (grouped-
+  query attention when fewer: query head h reads key/value head
+  h // (num_heads / num_kv_heads), as Hugging Face's repeat_kv pairs
+  them), each `head_dim` wide.
+  """
+
+  def __init__(self, d_model: int, num_heads: int,
+               num_kv_heads: int | None = None, head_dim: int | None = None):
+    if head_dim is None:
+      if d_model % num_heads:
+        raise ValueError(
+            f'd_model={d_model} must be divisible by num_heads={num_heads}.')
+      head_dim = d_model // num_heads
+    num_kv_heads = num_kv_heads or num_heads
+    if num_heads % num_kv_heads:
+      raise ValueError(f'num_heads={num_heads} must be a multiple of '
+                       f'num_kv_heads={num_kv_heads}.')
     self.num_heads = num_heads
-    self.head_dim = d_model // num_heads
+    self.num_kv_heads = num_kv_heads
+    self.head_dim = head_dim
 
-  def _split_heads(self, x: jax.Array, parts: int) -> list[jax.Array]:
-    """[b, n, parts * d_model] -> parts x [b, n, heads, head_dim]."""
-    x = x.reshape(x.shape[:-1] + (parts, self.num_heads, self.head_dim))
-    return [x[..., i, :, :] for i in range(parts)]
+  def _split_heads(self, x: jax.Array, *heads: int) -> list[jax.Array]:
+    """[b, n, sum(heads) * head_dim] -> [b, n, h, head_dim] for each h of
+    `heads`, in order."""
+    parts, offset = [], 0
+    for count in heads:
+      width = count * self.head_dim
+      part = x[..., offset:offset + width]
+      parts.append(part.reshape(part.shape[:-1] + (count, self.head_dim)))
+      offset += width
+    return parts
 
   def _merge_heads(self, x: jax.Array) -> jax.Array:
     return x.reshape(x.shape[:-2] + (self.num_heads * self.head_dim,))
 
 
 class SelfAttention(_Projections):
-  """Causal or bidirectional self-attention; fused query/key/value projection."""
+  """Causal or bidirectional self-attention; fused query/key/value projection.
 
-  def __init__(self, d_model: int, num_heads: int, *, dtype, param_dtype,
+  `qkv`'s kernel is [d_model, (num_heads + 2 * num_kv_heads) * head_dim]:
+  the query columns, then the keys', then the values' (a Hugging Face
+  checkpoint's q, k and v weights transposed and concatenated); `out`'s
+  is [num_heads * head_dim, d_model]. With a `rotary`, queries and keys
+  are rotated by their absolute positions before attending, and the cache
+  holds the rotated keys.
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *,
+               num_kv_heads: int | None = None, head_dim: int | None = None,
+               qkv_bias: bool = True, out_bias: bool = True,
+               rotary: rotary_lib.Rotary | None = None, dtype, param_dtype,
                rngs: nnx.Rngs):
-    super().__init__(d_model, num_heads)
-    linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.qkv = nnx.Linear(d_model, 3 * d_model, **linear)
-    self.out = nnx.Linear(d_model, d_model, **linear)
+    """Creates the projections.
 
-  def project(self, x: jax.Array) -> list[jax.Array]:
-    """[b, n, d_model] -> queries, keys, values, each [b, n, heads,
-    head_dim] (for attention patterns built outside this module)."""
-    return self._split_heads(self.qkv(x), 3)
+    Args:
+      d_model: width of the layer's input and output.
+      num_heads: query heads.
+      num_kv_heads: key/value heads, dividing num_heads (None: num_heads).
+      head_dim: width of a head (None: d_model // num_heads).
+      qkv_bias: the query, key and value projections have biases.
+      out_bias: the output projection has a bias.
+      rotary: rotary position embeddings of queries and keys, or None.
+      dtype: computation dtype (None: from inputs and params).
+      param_dtype: parameter dtype.
+      rngs: initialisation randomness.
+    """
+    super().__init__(d_model, num_heads, num_kv_heads, head_dim)
+    linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    width = (num_heads + 2 * self.num_kv_heads) * self.head_dim
+    self.qkv = nnx.Linear(d_model, width, use_bias=qkv_bias, **linear)
+    self.out = nnx.Linear(num_heads * self.head_dim, d_model,
+                          use_bias=out_bias, **linear)
+    self.rotary = rotary
+
+  def project(self, x: jax.Array, positions: jax.Array | None = None
+              ) -> list[jax.Array]:
+    """[b, n, d_model] -> queries [b, n, heads, head_dim], keys and values
+    [b, n, kv_heads, head_dim] (also for attention patterns built outside
+    this module).
+
+    Args:
+      x: the inputs.
+      positions: [b, n] their absolute positions, which a rotary layer
+        rotates queries and keys by; None: 0 .. n - 1.
+    """
+    q, k, v = self._split_heads(self.qkv(x), self.num_heads,
+                                self.num_kv_heads, self.num_kv_heads)
+    if self.rotary is not None:
+      if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
+      q, k = self.rotary(q, positions), self.rotary(k, positions)
+    return [q, k, v]
 
   def output(self, y: jax.Array) -> jax.Array:
     """[b, n, heads, head_dim] attended values -> [b, n, d_model]."""
     return self.out(self._merge_heads(y))
 
-  def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, mask: jax.Array,
+               positions: jax.Array | None = None) -> jax.Array:
     """Uncached attention over the whole sequence (training, encoder).
 
     Args:
       x: [batch, length, d_model].
       mask: bool, broadcastable to [batch, heads, length, length].
+      positions: [batch, length] absolute positions (rotary only); None:
+        0 .. length - 1.
 
     Returns:
       [batch, length, d_model].
     """
-    q, k, v = self._split_heads(self.qkv(x), 3)
+    q, k, v = self.project(x, positions)
     y = jax.nn.dot_product_attention(q, k, v, mask=mask)
     return self.out(self._merge_heads(y))
 
@@ -201,7 +280,7 @@ class SelfAttention(_Projections):
     batch, length = x.shape[:2]
     size, memory = window.block, window.memory
     blocks = -(-length // size)
-    q, k, v = self._split_heads(self.qkv(x), 3)
+    q, k, v = self.project(x)
     # Keys of block b: positions b * size - memory .. (b + 1) * size - 1, read
     # from the sequence padded by `memory` in front and to whole blocks.
     pad = ((0, 0), (memory, blocks * size - length), (0, 0), (0, 0))
@@ -230,7 +309,7 @@ class SelfAttention(_Projections):
 
     Args:
       x: [batch, n, d_model], the inputs at positions start .. start + n - 1.
-      cache: this layer's cache, [batch, positions, heads, head_dim].
+      cache: this layer's cache, [batch, positions, kv_heads, head_dim].
       start: [batch] absolute position of x[:, 0] for every example.
       window: local attention; None: every earlier position. With a window
         only `window.span(n)` cache positions per example are read, from
@@ -240,8 +319,8 @@ class SelfAttention(_Projections):
       ([batch, n, d_model], updated cache).
     """
     n = x.shape[1]
-    q, cache = self._write(x, cache, start)
     positions = start[:, None] + jnp.arange(n)
+    q, cache = self._write(x, cache, start, positions)
     keys, values = cache.key, cache.value
     if window is None:
       mask = causal_mask(positions, cache.key.shape[1])
@@ -257,16 +336,19 @@ class SelfAttention(_Projections):
                                      values.astype(q.dtype), mask=mask)
     return self.out(self._merge_heads(y)), cache
 
-  def _write(self, x: jax.Array, cache: KVCache,
-             start: jax.Array) -> tuple[jax.Array, KVCache]:
+  def _write(self, x: jax.Array, cache: KVCache, start: jax.Array,
+             positions: jax.Array) -> tuple[jax.Array, KVCache]:
     """x's queries [batch, n, heads, head_dim], and the cache with x's keys
-    and values written at each example's positions start .. start + n - 1."""
-    q, k, v = self._split_heads(self.qkv(x), 3)
+    and values written at each example's cache positions start .. start +
+    n - 1; `positions` [batch, n] are the absolute positions a rotary
+    layer rotates them by."""
+    q, k, v = self.project(x, positions)
     return q, KVCache(ops.write_at(cache.key, k, start),
                       ops.write_at(cache.value, v, start))
 
   def extend_tree(self, x: jax.Array, cache: KVCache, start: jax.Array,
-                  ancestors: jax.Array) -> tuple[jax.Array, KVCache]:
+                  ancestors: jax.Array, positions: jax.Array
+                  ) -> tuple[jax.Array, KVCache]:
     """Adds a token tree's n nodes per example and attends along it.
 
     The nodes are written at cache positions start .. start + n - 1, node
@@ -279,12 +361,15 @@ class SelfAttention(_Projections):
       cache: this layer's cache.
       start: [batch] the root's (node 0's) absolute position.
       ancestors: [batch, n, n] bool, node j is node i or an ancestor of it.
+      positions: [batch, n] each node's position in its path, start + its
+        depth (what a rotary layer rotates by: a node's key, moved into
+        place by `commit`, is then the chain's).
 
     Returns:
       ([batch, n, d_model], updated cache).
     """
     n = x.shape[1]
-    q, cache = self._write(x, cache, start)
+    q, cache = self._write(x, cache, start, positions)
     slot = jnp.arange(cache.key.shape[1])[None, :] - start[:, None]  # [b, L]
     node = jnp.broadcast_to(jnp.clip(slot, 0, n - 1)[:, None, :],
                             (x.shape[0], n, slot.shape[1]))
@@ -299,13 +384,20 @@ class SelfAttention(_Projections):
 class CrossAttention(_Projections):
   """Attention from decoder positions to the encoder output (the memory)."""
 
-  def __init__(self, d_model: int, num_heads: int, *, dtype, param_dtype,
-               rngs: nnx.Rngs, own_memory: bool = True):
+  def __init__(self, d_model: int, num_heads: int, *,
+               num_kv_heads: int | None = None, head_dim: int | None = None,
+               qkv_bias: bool = True, out_bias: bool = True, dtype,
+               param_dtype, rngs: nnx.Rngs, own_memory: bool = True):
     """Creates the projections.
 
     Args:
       d_model: width of the queries and of the memory.
-      num_heads: attention heads (d_model must divide by it).
+      num_heads: query heads.
+      num_kv_heads: the memory's key/value heads, dividing num_heads
+        (None: num_heads).
+      head_dim: width of a head (None: d_model // num_heads).
+      qkv_bias: the query and key/value projections have biases.
+      out_bias: the output projection has a bias.
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
@@ -314,12 +406,16 @@ class CrossAttention(_Projections):
         layer projected (a draft layer reading the base's), and holds only
         its query and output projections.
     """
-    super().__init__(d_model, num_heads)
+    super().__init__(d_model, num_heads, num_kv_heads, head_dim)
     linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.query = nnx.Linear(d_model, d_model, **linear)
+    self.query = nnx.Linear(d_model, num_heads * self.head_dim,
+                            use_bias=qkv_bias, **linear)
     if own_memory:
-      self.key_value = nnx.Linear(d_model, 2 * d_model, **linear)
-    self.out = nnx.Linear(d_model, d_model, **linear)
+      self.key_value = nnx.Linear(d_model,
+                                  2 * self.num_kv_heads * self.head_dim,
+                                  use_bias=qkv_bias, **linear)
+    self.out = nnx.Linear(num_heads * self.head_dim, d_model,
+                          use_bias=out_bias, **linear)
 
   def project_memory(self, memory: jax.Array) -> KVCache:
     """Keys and values of the memory, computed once per sequence.
@@ -328,9 +424,10 @@ class CrossAttention(_Projections):
       memory: [batch, source_length, d_model].
 
     Returns:
-      KVCache of [batch, source_length, heads, head_dim].
+      KVCache of [batch, source_length, kv_heads, head_dim].
     """
-    k, v = self._split_heads(self.key_value(memory), 2)
+    k, v = self._split_heads(self.key_value(memory), self.num_kv_heads,
+                             self.num_kv_heads)
     return KVCache(k, v)
 
   def __call__(self, x: jax.Array, memory: KVCache,
@@ -339,13 +436,13 @@ class CrossAttention(_Projections):
 
     Args:
       x: [batch, n, d_model].
-      memory: projected memory, [batch, source_length, heads, head_dim].
+      memory: projected memory, [batch, source_length, kv_heads, head_dim].
       memory_valid: [batch, source_length] bool, False at padding.
 
     Returns:
       [batch, n, d_model].
     """
-    (q,) = self._split_heads(self.query(x), 1)
+    (q,) = self._split_heads(self.query(x), self.num_heads)
     y = jax.nn.dot_product_attention(
         q, memory.key.astype(q.dtype), memory.value.astype(q.dtype),
         mask=padding_mask(memory_valid))

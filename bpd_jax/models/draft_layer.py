@@ -59,7 +59,8 @@ class DraftSource:
   """The source as the draft layer attends to it.
 
   Attributes:
-    memory: keys and values, [batch, source_length, heads, head_dim].
+    memory: keys and values, [batch, source_length, kv_heads, head_dim]
+      (the base's key/value heads, or the layer's own heads).
     valid: [batch, source_length] bool, False at source padding.
   """
   memory: attention.KVCache
@@ -86,14 +87,23 @@ class DraftLayer(nnx.Module):
   each sublayer pre-norm with a residual."""
 
   def __init__(self, d_model: int, num_heads: int, hidden: int, *,
-               source: str = 'none', extra_features: int = 0, dtype,
-               param_dtype, rngs: nnx.Rngs):
+               head_dim: int | None = None,
+               source_kv_heads: int | None = None, source: str = 'none',
+               extra_features: int = 0, dtype, param_dtype, rngs: nnx.Rngs):
     """Creates the layer.
+
+    Its attention has the base's head layout (num_heads heads of head_dim)
+    with keys and values of every head (no grouping), its norms are
+    LayerNorms and its feed-forward layer a ReLU one, whatever the base's.
 
     Args:
       d_model: width of the base model's features.
-      num_heads: attention heads (d_model must divide by it).
+      num_heads: attention heads.
       hidden: the feed-forward layer's hidden width.
+      head_dim: width of a head (None: d_model // num_heads, which must
+        then divide).
+      source_kv_heads: key/value heads of the base's source memory that
+        source 'base' reads (None: num_heads).
       source: one of DRAFT_SOURCES.
       extra_features: lower decoder layers whose outputs come with the top
         feature (each d_model wide, after it).
@@ -108,8 +118,6 @@ class DraftLayer(nnx.Module):
     norm = lambda width=d_model: nnx.LayerNorm(
         width, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.d_model = d_model
-    self.num_heads = num_heads
-    self.head_dim = d_model // num_heads
     self.source = source
     self.extra_features = extra_features
     if extra_features:
@@ -118,11 +126,14 @@ class DraftLayer(nnx.Module):
                                **linear)
     self.fuse = nnx.Linear(2 * d_model, d_model, **linear)
     self.attention_norm = norm()
-    self.attention = attention.SelfAttention(d_model, num_heads, **linear)
+    self.attention = attention.SelfAttention(d_model, num_heads,
+                                             head_dim=head_dim, **linear)
     if source != 'none':
       self.source_norm = norm()
       self.source_attention = attention.CrossAttention(
-          d_model, num_heads, own_memory=source == 'own', **linear)
+          d_model, num_heads, head_dim=head_dim,
+          num_kv_heads=source_kv_heads if source == 'base' else None,
+          own_memory=source == 'own', **linear)
     self.ffn_norm = norm()
     self.up = nnx.Linear(d_model, hidden, **linear)
     self.down = nnx.Linear(hidden, d_model, **linear)
@@ -232,9 +243,9 @@ class DraftLayer(nnx.Module):
         raise ValueError("draft_source 'own' projects the encoder output: "
                          'pass it.')
       source = self.project_source(encoded)
-    return DraftCache(attention.KVCache.zeros(batch, positions,
-                                              self.num_heads, self.head_dim,
-                                              dtype), source)
+    return DraftCache(attention.KVCache.zeros(
+        batch, positions, self.attention.num_heads, self.attention.head_dim,
+        dtype), source)
 
   def extend(self, cache: DraftCache, features: jax.Array,
              next_embeds: jax.Array, start: jax.Array,

@@ -17,13 +17,20 @@ from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
 from bpd_jax.models import gpt2
 from bpd_jax.models.positions import ImagePositions
+from bpd_jax.models.rotary import RopeScaling
 from bpd_jax.models.transformer import Transformer, TransformerConfig
 
 
 def model_config_from(config, vocab_size: int) -> TransformerConfig:
-  """The TransformerConfig of a config's `model` section (validated)."""
+  """The TransformerConfig of a config's `model` section (validated).
+
+  The section is flat but for `rope_scaling` (None or a dict of
+  RopeScaling's fields); the image fields become one ImagePositions.
+  """
   fields = dict(config.model)
   image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
+  if 'rope_scaling' in fields:
+    fields['rope_scaling'] = RopeScaling.from_fields(fields['rope_scaling'])
   return TransformerConfig.from_size(**fields, image=image,
                                      vocab_size=vocab_size)
 
@@ -92,9 +99,11 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
 # The fields of a model's base a pretrained checkpoint must share with the
 # run (the proposal heads' fields are the run's own).
 _ARCHITECTURE = ('vocab_size', 'd_model', 'd_ff', 'num_heads',
-                 'num_encoder_layers', 'num_decoder_layers', 'pre_norm',
-                 'positions', 'max_target_len', 'share_embeddings',
-                 'tie_output', 'activation', 'layer_norm_epsilon',
+                 'num_kv_heads', 'head_dim', 'num_encoder_layers',
+                 'num_decoder_layers', 'pre_norm', 'norm', 'feed_forward',
+                 'positions', 'rope_theta', 'rope_scaling', 'max_target_len',
+                 'share_embeddings', 'tie_output', 'activation',
+                 'layer_norm_epsilon', 'qkv_bias', 'out_bias', 'ffn_bias',
                  'scale_embeddings', 'pad_id', 'eos_id', 'bos_id')
 
 

@@ -174,7 +174,9 @@ class ProposalHeads(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int, hidden: int, *,
                layer: str = 'independent', head1_from_base: bool = True,
-               attention_heads: int = 1, draft_source: str = 'none',
+               attention_heads: int = 1,
+               attention_head_dim: int | None = None,
+               source_kv_heads: int | None = None, draft_source: str = 'none',
                draft_extra_features: int = 0, dtype=None,
                param_dtype=jnp.float32, rngs: nnx.Rngs):
     """Creates the head layer.
@@ -188,6 +190,10 @@ class ProposalHeads(nnx.Module):
       head1_from_base: head 1 is the decoder output itself (no layer);
         sequential heads and the draft layer need it.
       attention_heads: the autoregressive draft layer's attention heads.
+      attention_head_dim: the width of each (None: d_model //
+        attention_heads).
+      source_kv_heads: the key/value heads of the base's source memory
+        that draft_source 'base' attends to (None: attention_heads).
       draft_source: where the draft layer reads the source
         (draft_layer.DRAFT_SOURCES).
       draft_extra_features: lower decoder layers the draft layer reads
@@ -223,7 +229,8 @@ class ProposalHeads(nnx.Module):
     elif layer == 'autoregressive':
       # One layer drafts every head after head 1.
       self.draft = draft_layer_lib.DraftLayer(
-          d_model, attention_heads, hidden, source=draft_source,
+          d_model, attention_heads, hidden, head_dim=attention_head_dim,
+          source_kv_heads=source_kv_heads, source=draft_source,
           extra_features=draft_extra_features, dtype=dtype,
           param_dtype=param_dtype, rngs=rngs)
     elif layer == 'sequential':

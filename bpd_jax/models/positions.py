@@ -1,7 +1,8 @@
 """Position encodings: sinusoidal, learned, and image raster codes.
 
 A Transformer adds one of these to its token embeddings (its config's
-`positions`):
+`positions`), or none with 'rotary' (models/rotary.py: its attention
+rotates queries and keys by their positions instead):
 - 'sinusoidal': Vaswani et al.'s sine/cosine encodings (`sinusoidal`).
 - 'learned': a learned table per side (the model holds the embeddings).
 - 'image': sequences are images in raster order (row, column, channel),
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 
 from bpd_jax.infra import numeric
 
-POSITIONS = ('sinusoidal', 'learned', 'image')
+POSITIONS = ('sinusoidal', 'learned', 'image', 'rotary')
 # ml_collections `model` fields (configs/sr_demo.py, celeba_sr.py) -> the
 # ImagePositions fields they set.
 CONFIG_FIELDS = {'source_image_side': 'source_side',
