@@ -24,6 +24,8 @@ from bpd_jax.decoding import (DecodeOptions, Distance, Refinement, Sampler,
                               TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
 
+import llama_like
+
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
 VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
@@ -50,8 +52,9 @@ def drafter_fields(drafter: str, encoder_layers: int) -> dict:
 
 def random_model(seed, encoder_layers=2, head_layer='independent',
                  head1_from_base=True, scale=3.0, head_scale=1.0,
-                 dtype='float64', **overrides):
-  """A tiny random model (head_layer: one of DRAFTERS).
+                 dtype='float64', architecture='paper', **overrides):
+  """A tiny random model (head_layer: one of DRAFTERS) of one of
+  llama_like.ARCHITECTURES.
 
   Weights are scaled by `scale` (larger: more varied output) and the heads'
   output weights further by `head_scale`: at 0 every head proposes head 1's
@@ -65,7 +68,7 @@ def random_model(seed, encoder_layers=2, head_layer='independent',
              tie_output=False, num_proposal_heads=MAX_HEADS,
              **drafter_fields(head_layer, encoder_layers), head_hidden=16,
              head1_from_base=head1_from_base, dtype=dtype, param_dtype=dtype),
-      **overrides})
+      **llama_like.ARCHITECTURES[architecture], **overrides})
   model = Transformer(config, rngs=nnx.Rngs(seed))
   graphdef, state = nnx.split(model)
   state = jax.tree.map(lambda x: x * scale if jnp.issubdtype(
@@ -148,11 +151,13 @@ def exact_blockwise_equals_greedy(max_examples):
       encoder_layers=st.sampled_from([2, 0]),
       head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
-      max_len=st.sampled_from([5, 20]))
-  def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len):
+      max_len=st.sampled_from([5, 20]),
+      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)))
+  def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len,
+            architecture):
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
-                           head_scale=head_scale)
+                           head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, batch)
       reference = generate.greedy(model, inputs, max_len=max_len)
       result = generate.blockwise(model, inputs, k=k, max_len=max_len)
@@ -184,12 +189,14 @@ def exact_tree_decoding_equals_greedy(max_examples):
       batch=st.sampled_from([1, 3]),
       encoder_layers=st.sampled_from([2, 0]),
       head_layer=st.sampled_from(DRAFTERS),
-      head_scale=st.sampled_from([0.0, 0.3, 1.0]))
-  def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale):
+      head_scale=st.sampled_from([0.0, 0.3, 1.0]),
+      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)))
+  def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale,
+            architecture):
     tree = Tree.from_widths(widths[:k - 1], k - 1)
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
-                           head_scale=head_scale)
+                           head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, batch)
       reference = generate.greedy(model, inputs, max_len=16)
       result = generate.blockwise(model, inputs, k=k, max_len=16, tree=tree)
@@ -275,6 +282,30 @@ def test_float32_blockwise_equals_greedy():
       assert logits[-1] - logits[-2] < tie
 
 
+@pytest.mark.parametrize('head_layer', [
+    'autoregressive', pytest.param('independent', marks=pytest.mark.slow)])
+def test_bfloat16_llama_blockwise_equals_greedy(head_layer):
+  """A bfloat16 model is verified as it computes in bfloat16 (its logits
+  in float32): blockwise equals greedy decoding, but where a near-tie of
+  its bfloat16 scoring could flip with the number of positions scored."""
+  model = random_model(7, 0, head_layer, head_scale=0.3, dtype='bfloat16',
+                       architecture='llama')
+  inputs = random_inputs(7, 4)
+  reference = generate.greedy(model, inputs, max_len=20)
+  result = generate.blockwise(model, inputs, k=4, max_len=20)
+  tree = generate.blockwise(model, inputs, k=4, max_len=20,
+                            tree=Tree.from_widths((2, 2), 3))
+  assert float(result.mean_block_size) > 1.0
+  tie = 0.1  # A few roundings of bfloat16 features, through the logits.
+  for decoded in (result, tree):
+    for i in range(4):
+      expected, actual = reference.tokens[i], decoded.tokens[i]
+      if not (expected == actual).all():
+        j = int(np.argmax(expected != actual))
+        logits = np.sort(scoring_logits(model, inputs, i, expected[:j]))
+        assert logits[-1] - logits[-2] < tie
+
+
 def test_batch_equals_each_example_alone():
   with jax.enable_x64(True):
     for encoder_layers in (2, 0):
@@ -303,29 +334,45 @@ def test_approximate_criteria_run_and_accept_more():
     assert (forced.block_sizes[:, 1] <= 2).all()
 
 
-@pytest.mark.parametrize('k,head_layer,encoder_layers', [
-    *((8, drafter, 2) for drafter in DRAFTERS),
-    (8, 'autoregressive:features=0', 0),  # Decoder-only, lower layer too.
-    (3, 'sequential', 2), (3, 'autoregressive', 2),  # The property test has more.
-    pytest.param(3, 'independent', 2, marks=pytest.mark.slow),
-    pytest.param(3, 'joint', 2, marks=pytest.mark.slow),
-    pytest.param(3, 'autoregressive:source=base', 2, marks=pytest.mark.slow),
-    pytest.param(3, 'autoregressive:source=own', 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize('k,head_layer,encoder_layers,architecture', [
+    *((8, drafter, 2, 'paper') for drafter in DRAFTERS),
+    (8, 'autoregressive:features=0', 0, 'paper'),  # Decoder-only, lower layer.
+    (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
+    # Every head type on a Llama-family base (decoder-only, as the family
+    # is), each verified as a tree too; the draft layer reading the source
+    # through an encoder-decoder's grouped keys and values.
+    *((6, drafter, 0, 'llama') for drafter in HEAD_LAYERS),
+    (4, 'independent', 0, 'qwen2'),
+    (4, 'autoregressive:source=base', 2, 'qwen2'),
+    pytest.param(3, 'independent', 2, 'paper', marks=pytest.mark.slow),
+    pytest.param(3, 'joint', 2, 'paper', marks=pytest.mark.slow),
+    pytest.param(3, 'autoregressive:source=base', 2, 'paper',
+                 marks=pytest.mark.slow),
+    pytest.param(3, 'autoregressive:source=own', 2, 'paper',
+                 marks=pytest.mark.slow),
+    *(pytest.param(3, drafter, 0, 'llama', marks=pytest.mark.slow)
+      for drafter in (*HEAD_LAYERS, 'autoregressive:features=0'))])
 def test_exact_blockwise_equals_greedy_for_every_head_layer(
-    k, head_layer, encoder_layers):
+    k, head_layer, encoder_layers, architecture):
   """Every drafter on a few fixed models, beside the property test's
   random draw of them: heads that read each other's proposals, the draft
-  layer that reads the source or a lower layer."""
+  layer that reads the source or a lower layer; on the project's own
+  Transformer and on Llama-family bases."""
+  # (seed, head_scale): models whose outputs run long enough to accept
+  # proposals and reject others.
+  models = ((3, 0.0), (4, 0.3)) if architecture == 'paper' else ((5, 0.0),
+                                                                 (8, 0.3))
   with jax.enable_x64(True):
-    for seed, head_scale in ((3, 0.0), (4, 0.3)):
+    for seed, head_scale in models:
       model = random_model(seed, encoder_layers, head_layer,
-                           head_scale=head_scale)
+                           head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, 4)
       reference = generate.greedy(model, inputs, max_len=20)
       result = generate.blockwise(model, inputs, k=k, max_len=20)
       assert_same_or_near_tie(model, inputs, reference, result)
       assert float(result.mean_block_size) > 1.0
-      if ':' in head_layer:  # The new drafters verified as trees too.
+      # The new drafters and bases verified as trees too.
+      if ':' in head_layer or architecture != 'paper':
         tree = Tree.from_widths((2, 2), k - 1)
         assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
             model, inputs, k=k, max_len=20, tree=tree))

@@ -134,7 +134,7 @@ def user_error_cases(tmp_path):
       ('unknown field', ['main', demo, f'--workdir={tmp_path}/w2',
                          '--config.model.num_head=3'],
        r"--config\.model\.num_head: section model has no field 'num_head'; "
-       r'closest: num_heads, num_proposal_heads\.', 2),
+       r'closest: num_heads, num_kv_heads, num_proposal_heads\.', 2),
       ('missing flag', ['main', demo],
        r'--workdir must have a value other than None', 2),
       ('no checkpoint', ['evaluate', demo, f'--workdir={tmp_path}/w4'],

@@ -17,8 +17,11 @@ from bpd_jax.decoding import sampling
 from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
 
+import llama_like
+
 VOCAB, MAX_LEN, SAMPLES = 8, 3, 20_000
-SOURCE = np.array([[5, 6, 7, 1]])
+SOURCE = np.array([[5, 6, 7, 1]])  # The encoder-decoder's input.
+PROMPT = np.array([[5, 3]])  # The decoder-only model's.
 # Each sampler's significance level: the chi-square test fails a correct
 # rule with probability 1e-4 (the seeds are fixed, so a run either passes
 # or fails; a wrong rule's p-values are below 1e-30).
@@ -30,14 +33,19 @@ SAMPLERS = [decoding.Sampler(1.0), decoding.Sampler(0.7, top_k=4),
 def tiny_model(head_layer, seed=0):
   """A random encoder-decoder over 8 tokens: its outputs spread over ~200
   sequences of 3 tokens, and its random heads' q differ from p.
-  head_layer: a head layer, or 'autoregressive:source=S' (the draft layer
-  reading the source)."""
+  head_layer: a head layer, 'autoregressive:source=S' (the draft layer
+  reading the source), or 'H@llama': heads H on a decoder-only model of
+  the Llama family's pieces (tests/llama_like.py), sampled after PROMPT."""
+  head_layer, llama, _ = head_layer.partition('@llama')
   head_layer, _, source = head_layer.partition(':source=')
+  fields = dict(num_heads=2, num_encoder_layers=1)
+  if llama:
+    fields = dict(num_encoder_layers=0, **llama_like.LLAMA)
   config = TransformerConfig.from_size(
-      'tiny', vocab_size=VOCAB, d_model=16, d_ff=32, num_heads=2,
-      num_encoder_layers=1, num_decoder_layers=1, num_proposal_heads=4,
-      head_hidden=16, head_layer=head_layer, max_source_len=8,
-      max_target_len=12, dropout_rate=0.0, draft_source=source or 'none')
+      'tiny', vocab_size=VOCAB, d_model=16, d_ff=32, num_decoder_layers=1,
+      num_proposal_heads=4, head_hidden=16, head_layer=head_layer,
+      max_source_len=8, max_target_len=12, dropout_rate=0.0,
+      draft_source=source or 'none', **fields)
   return Transformer(config, rngs=nnx.Rngs(seed))
 
 
@@ -47,15 +55,26 @@ def teacher_forced_logits(model, source, decoder_input):
   return model.next_token_logits(model(source, decoder_input))
 
 
+def model_inputs(model) -> np.ndarray:
+  """[1, length] what a decode of the model reads: the encoder-decoder's
+  source, the decoder-only model's prompt."""
+  return SOURCE if model.config.is_encoder_decoder else PROMPT
+
+
 def exact_distribution(model, sampler) -> dict[tuple, float]:
   """P(output) under ancestral sampling, every output of MAX_LEN = 3
   tokens or fewer (ending at eos), from full forward passes."""
   config = model.config
   prefixes = np.array(list(itertools.product(range(VOCAB), repeat=2)))
-  decoder_input = np.concatenate(
-      [np.full((len(prefixes), 1), config.bos_id), prefixes], axis=1)
-  logits = teacher_forced_logits(
-      model, jnp.repeat(SOURCE, len(prefixes), axis=0), decoder_input)
+  count = len(prefixes)
+  if config.is_encoder_decoder:
+    source, start = jnp.repeat(SOURCE, count, axis=0), np.full(
+        (count, 1), config.bos_id)
+  else:  # The prompt is the decoder's first input.
+    source, start = None, np.repeat(PROMPT, count, axis=0)
+  decoder_input = np.concatenate([start, prefixes], axis=1)
+  logits = teacher_forced_logits(model, source, decoder_input)
+  logits = logits[:, start.shape[1] - 1:]  # After the start: 3 positions.
   p = np.exp(np.asarray(sampler.log_probs(logits), np.float64))  # [V*V,3,V]
   eos = config.eos_id
   probabilities = {}
@@ -101,7 +120,7 @@ def chi_square_p_value(samples: list[tuple], exact: dict) -> float:
 
 
 def sample_many(model, sampler, k, key=0):
-  source = np.repeat(SOURCE, SAMPLES, axis=0)
+  source = np.repeat(model_inputs(model), SAMPLES, axis=0)
   if k == 1:
     return generate.sample(model, source, max_len=MAX_LEN, sampler=sampler,
                            key=key)
@@ -118,7 +137,12 @@ def sample_many(model, sampler, k, key=0):
     pytest.param(2, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'sequential', marks=pytest.mark.slow),
     pytest.param(3, 'joint', marks=pytest.mark.slow),
-    pytest.param(4, 'independent', marks=pytest.mark.slow)])
+    pytest.param(4, 'independent', marks=pytest.mark.slow),
+    # On a Llama-family base: heads that read each other's proposals by
+    # default, ancestral sampling and the paper's heads slow.
+    (4, 'sequential@llama'),
+    *(pytest.param(k, f'{layer}@llama', marks=pytest.mark.slow)
+      for k, layer in ((1, 'independent'), (3, 'joint')))])
 def test_samples_have_the_base_models_distribution(k, head_layer):
   model = tiny_model(head_layer)
   for index, sampler in enumerate(SAMPLERS):
