@@ -278,10 +278,24 @@ def test_paper_sizes():
      "rotary positions; positions='sinusoidal'"),
     ('rope_scaling', dict(kind='linear', factor=2.0), 'rope_scaling=.* must '
      'be None or a rotary.RopeScaling'),
+    ('pad_id', -2, r'pad_id=-2 must be a vocabulary id in \[0, 11\) or -1'),
+    ('pad_id', 11, r'pad_id=11 must be a vocabulary id in \[0, 11\) or -1'),
+    ('stop_ids', (11,), r'stop_ids=\(11,\) must be vocabulary ids in '
+     r'\[0, 11\)'),
+    ('stop_ids', (-1,), r'stop_ids=\(-1,\) must be vocabulary ids'),
+    ('stop_ids', (5, 5), r'stop_ids=\(5, 5\) must be distinct'),
+    ('stop_ids', (0,), r'stop_ids=\(0,\) must not hold pad_id=0'),
+    ('stop_ids', (1,), r'stop_ids=\(1,\) must not repeat eos_id=1'),
+    ('stop_ids', 5, 'stop_ids=5 must be vocabulary ids'),
 ])
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
     TransformerConfig(**{**TINY, field: value})
+
+
+def test_pad_id_minus_one_and_stop_ids_are_accepted():
+  config = TransformerConfig(**{**TINY, 'pad_id': -1, 'stop_ids': [0, 5]})
+  assert (config.pad_id, config.stop_ids) == (-1, (0, 5))
 
 
 def test_heads_of_their_own_width_and_rotary_pairs():

@@ -106,8 +106,14 @@ class TransformerConfig:
       block that a query also sees.
     image: the images of positions='image' (sides, channels, input skip);
       None with any other positions.
-    pad_id: padding token id.
+    pad_id: padding token id; -1 for a checkpoint without a pad token of
+      its own (no vocabulary id pads): inputs are then right-padded with
+      -1 and outputs are -1 past each end. Padded positions are never
+      read as tokens (embeddings clamp them, losses mask them).
     eos_id: end-of-sequence token id.
+    stop_ids: further ids that end a decode as eos_id does (kept in the
+      output and counted in its length), e.g. Llama 3 instruct's
+      <|eot_id|>: distinct vocabulary ids, none of them eos_id or pad_id.
     bos_id: first decoder input of the encoder-decoder.
     dtype: computation dtype.
     param_dtype: parameter dtype.
@@ -148,6 +154,7 @@ class TransformerConfig:
   image: positions_lib.ImagePositions | None = None
   pad_id: int = 0
   eos_id: int = 1
+  stop_ids: tuple[int, ...] = ()
   bos_id: int = 2
   dtype: str = 'float32'
   param_dtype: str = 'float32'
@@ -266,13 +273,30 @@ class TransformerConfig:
     problems = self.image.problems(self.is_encoder_decoder, self.d_model
                                    ) if self.image is not None else []
     check(not problems, problems[0] if problems else '')
-    ids = dict(pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id)
-    for name, value in ids.items():
+    for name in ('eos_id', 'bos_id'):
+      value = getattr(self, name)
       check(numeric.is_integer(value) and 0 <= value < self.vocab_size,
             f'{name}={value!r} is outside the vocabulary [0, '
             f'{self.vocab_size}).')
+    check(numeric.is_integer(self.pad_id)
+          and -1 <= self.pad_id < self.vocab_size,
+          f'pad_id={self.pad_id!r} must be a vocabulary id in [0, '
+          f'{self.vocab_size}) or -1 (no vocabulary id pads).')
     check(self.pad_id != self.eos_id,
           f'pad_id and eos_id must differ (both {self.pad_id}).')
+    stops = self.stop_ids
+    check(isinstance(stops, (tuple, list)) and all(
+        numeric.is_integer(i) and 0 <= i < self.vocab_size for i in stops),
+          f'stop_ids={stops!r} must be vocabulary ids in [0, '
+          f'{self.vocab_size}).')
+    check(len(set(stops)) == len(stops),
+          f'stop_ids={stops!r} must be distinct.')
+    check(self.eos_id not in stops,
+          f'stop_ids={stops!r} must not repeat eos_id={self.eos_id}.')
+    check(self.pad_id not in stops,
+          f'stop_ids={stops!r} must not hold pad_id={self.pad_id}: a pad '
+          f'would end every decode.')
+    object.__setattr__(self, 'stop_ids', tuple(int(i) for i in stops))
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'TransformerConfig':
