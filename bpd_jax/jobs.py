@@ -104,6 +104,8 @@ def load(config, workdir: str, init: str = 'checkpoint'):
     workdir_lib.check_vocabulary(task.vocab, workdir, job_name(),
                                  training=False)
   vocab_size = task.vocab.vocab_size
+  factory.check_special_ids(factory.model_config_from(config, vocab_size),
+                            task.vocab)  # Before any weights are read.
   if init == 'random':
     return factory.random_model(config, vocab_size), task
   return factory.restore_model(config, workdir, vocab_size), task

@@ -48,8 +48,9 @@ def rows():
   rng = np.random.default_rng(0)
   sources = [list(rng.integers(3, 12, rng.integers(1, 8))) + [1]
              for _ in range(5)]
-  batches = {b: list(batching.eval_batches(sources, b, 8)) for b in (1, 4)}
-  inputs = batching.pad_rows(sources, 8)
+  batches = {b: list(batching.eval_batches(sources, b, 8, pad_id=0))
+             for b in (1, 4)}
+  inputs = batching.pad_rows(sources, 8, pad_id=0)
   decoder = generate.Decoder(model)
   # Few block sizes: each k compiles its step-cost, loop and decode programs
   # at each batch size.
@@ -83,7 +84,7 @@ def test_sampling_rows_are_timed_against_ancestral_sampling(rows):
   # One batch size, the fixture's: each sampling setting compiles its decode.
   model = tiny_model()
   sources = [[5, 6, 7, 1], [3, 4, 1], [8, 1]]
-  batches = {4: list(batching.eval_batches(sources, 4, 8))}
+  batches = {4: list(batching.eval_batches(sources, 4, 8, pad_id=0))}
   settings = settings_lib.sweep([3], samplers=['temperature=0.8'])
   rows = runner.run(generate.Decoder(model), batches, settings, max_len=10,
                     repeats=1, progress=lambda line: None)
@@ -146,9 +147,10 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
   model = tiny_model()
   decoder = generate.Decoder(model)
   sources = [[5, 6, 7, 1], [3, 4, 1], [8, 1]]
-  batches = {4: list(batching.eval_batches(sources, 4, 8))}
-  tuning = auto_k.tune_k(decoder, batching.pad_rows(sources, 8), max_len=10,
-                         candidates=(3,), tree_sizes=(4,), top_t=2)
+  batches = {4: list(batching.eval_batches(sources, 4, 8, pad_id=0))}
+  tuning = auto_k.tune_k(decoder, batching.pad_rows(sources, 8, pad_id=0),
+                         max_len=10, candidates=(3,), tree_sizes=(4,),
+                         top_t=2)
   (tree,) = tuning.trees
   # Costs that make auto take the tree at this shape.
   tuning.step_costs[(4, 8, 10)] = {1: 9.0, 3: 9.0, tree: 1.0}

@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax.infra import checkpoints as checkpoints_lib
+from bpd_jax.infra import errors
 from bpd_jax.models import factory
 from bpd_jax.models import RopeScaling, TransformerConfig
 
@@ -47,6 +48,23 @@ def test_another_architecture_is_refused(tmp_path):
     factory.restore_model(config, str(tmp_path), vocab_size=41)
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
     factory.restore_model(config, str(tmp_path / 'none'), vocab_size=40)
+
+
+class Ids:
+  """A task vocabulary's special ids."""
+  pad_id, eos_id, bos_id, stop_ids = 0, 1, 2, ()
+
+
+def test_a_model_must_have_its_task_vocabularys_special_ids():
+  model = factory.model_config_from(tiny_config(), 40)
+  factory.check_special_ids(model, Ids())  # The project's 0, 1, 2.
+  imported = Ids()
+  imported.pad_id, imported.eos_id, imported.stop_ids = -1, 7, [8]
+  with pytest.raises(errors.ConfigError, match=(
+      r"^the model's special ids \(pad_id=0, eos_id=1, bos_id=2, "
+      r"stop_ids=\(\)\) are not the task vocabulary's \(pad_id=-1, "
+      r'eos_id=7, bos_id=2, stop_ids=\(8,\)\)')):
+    factory.check_special_ids(model, imported)
 
 
 ADDED_FIELDS = ('norm', 'feed_forward', 'num_kv_heads', 'head_dim',

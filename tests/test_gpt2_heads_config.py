@@ -60,7 +60,7 @@ def test_heads_train_on_the_frozen_gpt2_and_decode_exactly(code_root,
   columns = gpt2_ids.from_gpt2(np.arange(384), endoftext)
   np.testing.assert_allclose(np.asarray(logits)[..., columns],
                              expected['logits'], rtol=0, atol=1e-4)
-  assert task.start_id == model.config.bos_id == 1
+  assert task.vocab.bos_id == model.config.bos_id == 1
   report = evaluation.report(config, workdir, model, task,
                              log=lambda _: None)
   # Greedy, k=2 (the eval ks up to k=3).

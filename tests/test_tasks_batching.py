@@ -12,7 +12,7 @@ EXAMPLES = [([i + 4, 1], [i + 5, i + 6, 1]) for i in range(10)] + [
 def make(**kwargs):
   return batching.TrainBatches(**{**dict(
       examples=EXAMPLES, batch_size=4, max_source_len=5, max_target_len=4,
-      seed=0), **kwargs})
+      seed=0, pad_id=0), **kwargs})
 
 
 def test_shapes_padding_and_filtering():
@@ -22,6 +22,16 @@ def test_shapes_padding_and_filtering():
   assert batch['source'].shape == (4, 5) and batch['target'].shape == (4, 4)
   assert batch['source'].dtype == np.int32
   assert (batch['source'][:, 2:] == 0).all()
+
+
+def test_rows_are_padded_with_the_vocabularys_pad_id():
+  # -1: an imported checkpoint whose every id is a token (Llama 3, GPT-2).
+  batch = make(pad_id=-1)(0)
+  assert (batch['source'][:, 2:] == -1).all()
+  assert (batch['target'][:, 3:] == -1).all()
+  np.testing.assert_array_equal(
+      batching.pad_rows([[7, 0], [5]], 3, pad_id=-1), [[7, 0, -1],
+                                                       [5, -1, -1]])
 
 
 def test_deterministic_by_step_and_every_example_once_an_epoch():
@@ -50,17 +60,21 @@ def test_errors():
     make(max_source_len=1)
 
 
-def test_eval_batches_fill_the_last_batch():
+def test_eval_batches_fill_the_last_batch_with_copies_of_its_first_row():
   sources = [[5, 1], [6, 7, 1], [8, 1]]
-  batches = list(batching.eval_batches(sources, 2, 4))
+  batches = list(batching.eval_batches(sources, 2, 4, pad_id=0))
   assert [real for _, real in batches] == [2, 1]
   assert all(b.shape == (2, 4) for b, _ in batches)
-  np.testing.assert_array_equal(batches[1][0], [[8, 1, 0, 0], [1, 0, 0, 0]])
+  np.testing.assert_array_equal(batches[1][0], [[8, 1, 0, 0], [8, 1, 0, 0]])
+  (padded, _), = batching.eval_batches([[5, 0]], 2, 3, pad_id=-1)
+  np.testing.assert_array_equal(padded, [[5, 0, -1], [5, 0, -1]])
 
 
 def test_truncate_keeps_eos():
-  out, cut = batching.truncate([[5, 6, 7, 1], [5, 1]], 3)
+  out, cut = batching.truncate([[5, 6, 7, 1], [5, 1]], 3, eos_id=1)
   assert out == [[5, 6, 1], [5, 1]] and cut == 1
+  out, _ = batching.truncate([[5, 6, 7, 9]], 3, eos_id=9)
+  assert out == [[5, 6, 9]]
 
 
 
@@ -74,7 +88,7 @@ SHAPES = {4: ((16, 4), (16, 4)), 8: ((8, 8), (8, 8)), 16: ((4, 16), (4, 12))}
 def bucketed(**kwargs):
   return batching.BucketedBatches(**{**dict(
       examples=PAIRS, boundaries=(4, 8, 16), tokens_per_batch=64,
-      max_source_len=16, max_target_len=12, seed=0), **kwargs})
+      max_source_len=16, max_target_len=12, seed=0, pad_id=0), **kwargs})
 
 
 def bucket_of(batch):

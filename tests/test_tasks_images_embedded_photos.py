@@ -98,7 +98,8 @@ def test_embedded_images_task_feeds_train_batches():
   low, high = task.images('train')
   np.testing.assert_array_equal(target, image_tokens.to_tokens(high[0]))
   np.testing.assert_array_equal(source, image_tokens.to_tokens(low[0]))
-  data = batching.TrainBatches(encoded, 8, 48, 768, seed=0)
+  data = batching.TrainBatches(encoded, 8, 48, 768, seed=0,
+                               pad_id=task.vocab.pad_id)
   batch = data(7)
   assert batch['source'].shape == (8, 48) and batch['target'].shape == (8, 768)
   assert batch['target'].min() >= image_tokens.INTENSITY_OFFSET

@@ -65,12 +65,14 @@ def test_pipeline_from_tfds_to_batches(tmp_path, mock_celeba):
   encoded = task.encoded('train')
   source_ids, target_ids = encoded[0]
   assert len(source_ids) == 192 and len(target_ids) == 3072
-  data = batching.TrainBatches(encoded, 4, 192, 3072, seed=0)
+  data = batching.TrainBatches(encoded, 4, 192, 3072, seed=0,
+                               pad_id=task.vocab.pad_id)
   assert data(1)['target'].shape == (4, 3072)
   assert data(1)['target'].min() >= image_tokens.INTENSITY_OFFSET
   # Token-count batches of this process's shard: one bucket, 3072 long.
   buckets = batching.BucketedBatches(task.train_examples(0, 1), (3072,),
-                                     4 * 3072, 192, 3072, seed=0)
+                                     4 * 3072, 192, 3072, seed=0,
+                                     pad_id=task.vocab.pad_id)
   batch = buckets(5)
   assert batch['source'].shape == (4, 192) and batch['target'].shape == (4,
                                                                          3072)

@@ -46,13 +46,15 @@ def test_a_split_with_nothing_to_evaluate_is_found_lazily():
       read.append(pair)
       yield pair
   # Prompt-less examples of 2 tokens: nothing after a 2-token prompt.
-  assert not task_lib.has_eval_example(examples([([], [4, EOS])] * 3), 2)
+  assert not task_lib.has_eval_example(examples([([], [4, EOS])] * 3), 2,
+                                       eos_id=EOS)
   assert len(read) == 3
   read.clear()
   assert task_lib.has_eval_example(
-      examples([([], [4, 5, EOS]), ([], [4, EOS])]), 2)
+      examples([([], [4, 5, EOS]), ([], [4, EOS])]), 2, eos_id=EOS)
   assert len(read) == 1  # It stops at the first that evaluation can use.
-  assert task_lib.has_eval_example([([8], [EOS])], 2)  # Its own prompt.
+  assert task_lib.has_eval_example([([8], [EOS])], 2,
+                                   eos_id=EOS)  # Its own prompt.
 
 
 def test_sources_start_with_bos_and_long_prompts_keep_their_end():

@@ -37,12 +37,12 @@ def test_encode_gives_transformers_ids_mapped(vocab, expected):
   assert min(want) >= gpt2_ids.FIRST_ID  # No special id, no eos.
 
 
-def test_decode_round_trip_stops_at_eos_and_drops_pad_and_bos(vocab,
-                                                              expected):
+def test_decode_round_trip_stops_at_eos_and_drops_pad(vocab, expected):
   text, _ = expected
   ids = vocab.encode(text)
   assert vocab.decode(ids) == text
-  assert vocab.decode([token_ids.BOS_ID] + ids + [token_ids.EOS_ID] + ids
+  assert vocab.bos_id == token_ids.EOS_ID  # GPT-2's texts start after it.
+  assert vocab.decode([token_ids.PAD_ID] + ids + [token_ids.EOS_ID] + ids
                       + [token_ids.PAD_ID]) == text
   assert vocab.decode([token_ids.EOS_ID] + ids) == ''
 

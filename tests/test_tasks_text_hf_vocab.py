@@ -1,6 +1,7 @@
 """A Hugging Face checkpoint's tokenizer with its own ids, on the tiny
 folders of scripts/make_tiny_hf.py: the ids transformers' AutoTokenizer
-recorded, text back as `tokenizers` decodes it, the folder's special ids."""
+recorded, text back as `tokenizers` decodes it, the folder's special ids
+(those models/imports gives the model)."""
 
 import hashlib
 import json
@@ -59,36 +60,59 @@ def test_decode_is_what_tokenizers_decodes(name):
       assert vocab.decode(ids) == text
 
 
-@pytest.mark.parametrize('name, bos, eos, pad, size, tokens', [
-    ('tiny_llama3', 370, (371, 374, 375), None, 376,
+@pytest.mark.parametrize('name, bos, eos, stops, pad, size, tokens', [
+    # Three end ids (generation_config.json); no pad.
+    ('tiny_llama3', 370, 371, (374, 375), -1, 376,
      ['<|begin_of_text|>', '<|end_of_text|>', '<|eom_id|>', '<|eot_id|>']),
-    # pad from tokenizer_config.json's pad_token (config.json has null).
-    ('tiny_llama2', 1, (2,), 2, 379, ['<s>', '</s>']),
-    ('tiny_mistral', 1, (2,), None, 379, ['<s>', '</s>']),
-    # generation_config.json's eos list over config.json's eos; 384
-    # embedding rows for 380 ids.
-    ('tiny_qwen2', 377, (379, 377), 377, 384,
+    # tokenizer_config.json's pad_token '</s>' is not read (config.json
+    # names none), and is the eos anyway.
+    ('tiny_llama2', 1, 2, (), -1, 379, ['<s>', '</s>']),
+    ('tiny_mistral', 1, 2, (), -1, 379, ['<s>', '</s>']),
+    # generation_config.json's eos list over config.json's eos; its pad
+    # is an end token, so no id pads; 384 embedding rows for 380 ids.
+    ('tiny_qwen2', 377, 379, (377,), -1, 384,
      ['<|endoftext|>', '<|im_end|>']),
 ])
-def test_special_ids_come_from_the_folder(name, bos, eos, pad, size, tokens):
+def test_special_ids_come_from_the_folder(name, bos, eos, stops, pad, size,
+                                          tokens):
   vocab = hf_vocab.HFVocabulary(os.path.join(DATA, name))
-  assert (vocab.bos_id, vocab.eos_ids, vocab.pad_id) == (bos, eos, pad)
-  assert vocab.eos_id == eos[0]
+  assert (vocab.bos_id, vocab.eos_id, vocab.stop_ids, vocab.pad_id) == (
+      bos, eos, stops, pad)
   assert vocab.vocab_size == size
   tokenizer = library(name)
-  assert {tokenizer.token_to_id(t) for t in tokens} == {bos, *eos} | (
-      {pad} if pad is not None else set())
+  assert {tokenizer.token_to_id(t) for t in tokens} == {bos, eos, *stops}
 
 
-def test_decode_stops_at_any_eos_and_drops_special_tokens():
+def _with_ids(tmp_path, **fields) -> hf_vocab.HFVocabulary:
+  """tiny_qwen2 with generation_config.json's ids set to `fields`."""
+  folder = _copy(tmp_path)
+  _edit(folder, 'generation_config.json', **fields)
+  return hf_vocab.HFVocabulary(folder)
+
+
+def test_a_pad_of_its_own_pads_and_a_missing_bos_is_the_eos(tmp_path):
+  vocab = _with_ids(tmp_path, pad_token_id=3, eos_token_id=[379, 379],
+                    bos_token_id=None)
+  # config.json's bos (377) where generation_config.json names none.
+  assert (vocab.pad_id, vocab.eos_id, vocab.stop_ids, vocab.bos_id) == (
+      3, 379, (), 377)
+  folder = str(tmp_path / 'tiny_qwen2')
+  for name in ('generation_config.json', 'config.json'):
+    _edit(folder, name, bos_token_id=None)
+  assert hf_vocab.HFVocabulary(folder).bos_id == 379
+
+
+def test_decode_stops_at_any_end_id_and_drops_special_tokens():
   vocab = hf_vocab.HFVocabulary(os.path.join(DATA, 'tiny_llama3'))
   ids = vocab.encode('a café')
-  for eos in vocab.eos_ids:
-    assert vocab.decode([vocab.bos_id] + ids + [eos] + ids) == 'a café'
+  for end in (vocab.eos_id, *vocab.stop_ids):
+    assert vocab.decode([vocab.bos_id] + ids + [end] + ids) == 'a café'
+  # Outputs are padded with -1 past their end.
+  assert vocab.decode(ids + [vocab.pad_id] * 2) == 'a café'
   qwen2 = hf_vocab.HFVocabulary(os.path.join(DATA, 'tiny_qwen2'))
   ids = qwen2.encode('a café')
   start = library('tiny_qwen2').token_to_id('<|im_start|>')
-  assert qwen2.decode([start] + ids + [qwen2.pad_id]) == 'a café'
+  assert qwen2.decode([start] + ids + [qwen2.eos_id]) == 'a café'
   # Rows past the tokenizer's 380 ids decode to nothing.
   assert qwen2.decode(ids + [380, 383]) == 'a café'
 
@@ -142,21 +166,7 @@ def test_without_config_json_the_size_is_the_tokenizers(tmp_path):
   os.remove(os.path.join(folder, 'config.json'))
   vocab = hf_vocab.HFVocabulary(folder)
   assert vocab.vocab_size == 380
-  assert vocab.eos_ids == (379, 377)  # generation_config.json's.
-
-
-def _only_tokenizer_config(folder: str, **fields):
-  """Leaves tokenizer_config.json (with `fields`) to name the specials."""
-  for name in ('config.json', 'generation_config.json'):
-    os.remove(os.path.join(folder, name))
-  _edit(folder, 'tokenizer_config.json', **fields)
-
-
-def test_eos_from_tokenizer_config_alone(tmp_path):
-  folder = _copy(tmp_path)
-  _only_tokenizer_config(folder)
-  vocab = hf_vocab.HFVocabulary(folder)
-  assert (vocab.bos_id, vocab.eos_ids, vocab.pad_id) == (None, (379,), 377)
+  assert (vocab.eos_id, vocab.stop_ids) == (379, (377,))  # Generation's.
 
 
 def _write(folder, file, text):
@@ -179,9 +189,9 @@ def _write(folder, file, text):
      errors.DataError,
      r'generation_config.json has eos_token_id=\[379, 384\]; ids are '
      r'0..383'),
-    (lambda d: _only_tokenizer_config(d, pad_token='<pad>'),
-     errors.DataError, r"tokenizer_config.json has pad_token='<pad>', which "
-     r'.*tokenizer.json does not have'),
+    (lambda d: _edit(d, 'generation_config.json', pad_token_id=True),
+     errors.DataError,
+     r'generation_config.json has pad_token_id=True; ids are 0..383'),
 ])
 def test_broken_folders_are_one_line(tmp_path, breaks, error, message):
   folder = _copy(tmp_path)
@@ -192,7 +202,11 @@ def test_broken_folders_are_one_line(tmp_path, breaks, error, message):
 
 
 def test_a_folder_naming_no_eos(tmp_path):
+  # tokenizer_config.json names one, but the model's files decide.
   folder = _copy(tmp_path, 'tiny_mistral')
-  _only_tokenizer_config(folder, eos_token=None)
-  with pytest.raises(errors.DataError, match=r'tiny_mistral names no eos'):
+  for name in ('config.json', 'generation_config.json'):
+    _edit(folder, name, eos_token_id=None)
+  with pytest.raises(errors.DataError, match=r'tiny_mistral names no '
+                     r'eos_token_id \(generation_config.json nor '
+                     r'config.json\)'):
     hf_vocab.HFVocabulary(folder)

@@ -67,7 +67,7 @@ def test_pipeline_from_tfds_to_sharded_device_batches(tmp_path, mock_wmt):
   assert (workdir / 'data' / 'wmt14_translate_de-en.train.1-of-2.npz').exists()
 
   batches = batching.BucketedBatches(whole, (16, 32), 256, 32, 32, seed=0,
-                                     row_multiple=8)
+                                     pad_id=0, row_multiple=8)
   mesh = sharding.make_mesh((8,), ('data',))
   batch = sharding.global_batch(batches(0),
                                 sharding.batch_sharding(mesh, 'data'))

@@ -15,6 +15,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax import evaluation
+from bpd_jax.infra import errors
 from bpd_jax.models import factory
 from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
@@ -85,7 +86,8 @@ def base_run(tmp_path_factory):
 
 def test_a_few_steps_reduce_the_loss(base_run):
   config, _, model, task = base_run
-  batch = batching.TrainBatches(task.encoded('train'), 32, 24, 24, 1)(0)
+  batch = batching.TrainBatches(task.encoded('train'), 32, 24, 24, 1,
+                                pad_id=task.vocab.pad_id)(0)
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   fresh = Transformer(factory.model_config_from(config,
                                                 task.vocab.vocab_size),
@@ -320,6 +322,15 @@ def test_periodic_evaluation(tmp_path):
   evals = [line for line in lines if line.startswith('eval at step')]
   assert evals and 'eval/bleu' in evals[0] and 'eval/mean_block' in evals[0]
   assert (tmp_path / 'tb').is_dir()
+
+
+def test_a_model_with_other_ids_than_the_task_is_refused_at_start(tmp_path):
+  config = tiny_config(train=dict(base_steps=2, head_steps=0))
+  config.model.eos_id = 5
+  with pytest.raises(errors.ConfigError, match=r"eos_id=5.* are not the task "
+                     r"vocabulary's \(pad_id=0, eos_id=1"):
+    train.train(config, str(tmp_path), log=quiet)
+  assert not (tmp_path / 'checkpoints').exists()
 
 
 def test_warm_start_from_a_missing_run(tmp_path):

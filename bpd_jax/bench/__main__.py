@@ -43,7 +43,8 @@ def main(argv):
 
   begin = time.perf_counter()
   rows = runner.run(
-      decoder, plan.batches(sources, decoder.config.max_source_len),
+      decoder, plan.batches(sources, decoder.config.max_source_len,
+                            decoder.config.pad_id),
       plan.settings(tuning), max_len=max_len, repeats=plan.repeats,
       quality=bleu, progress=lambda line: print(line, flush=True))
   meta = report.meta(config, job.workdir, init=_INIT.value,

@@ -146,12 +146,15 @@ class Plan:
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
     return auto_k.tune_k(
-        decoder, batching.pad_rows(calibration, max_source_len),
+        decoder, batching.pad_rows(calibration, max_source_len,
+                                   pad_id=decoder.config.pad_id),
         max_len=max_len, candidates=self.ks, tree_sizes=self.tree_sizes)
 
-  def batches(self, sources, max_source_len: int) -> dict:
-    """{batch size: [(inputs [batch, length], real rows)]} of `sources`."""
-    return {b: list(batching.eval_batches(sources, b, max_source_len))
+  def batches(self, sources, max_source_len: int, pad_id: int) -> dict:
+    """{batch size: [(inputs [batch, length], real rows)]} of `sources`,
+    padded with pad_id (the model's)."""
+    return {b: list(batching.eval_batches(sources, b, max_source_len,
+                                          pad_id=pad_id))
             for b in self.batch_sizes}
 
 

@@ -53,7 +53,8 @@ def analyse(decoder: generate.Decoder, sources: Sequence[Sequence[int]],
     {t: tokens per call of `simulate_blocks`})}).
   """
   d = drafts_config
-  padded = batching.pad_rows(sources, decoder.config.max_source_len)
+  padded = batching.pad_rows(sources, decoder.config.max_source_len,
+                             pad_id=decoder.config.pad_id)
   results = [decoder.greedy(padded[start:start + _GREEDY_BATCH],
                             max_len=max_len)
              for start in range(0, len(padded), _GREEDY_BATCH)]

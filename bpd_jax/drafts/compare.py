@@ -47,7 +47,8 @@ def compare(decoder: generate.Decoder, sources: Sequence[Sequence[int]],
   """
   d = drafts_config
   batches = list(batching.eval_batches(sources, d.batch_size,
-                                       decoder.config.max_source_len))
+                                       decoder.config.max_source_len,
+                                       pad_id=decoder.config.pad_id))
   chosen = variants(d.ks, list(zip(d.refinements, refinements)))
   rows = run(decoder, batches, chosen, rescorers, max_len=max_len,
              repeats=d.repeats, progress=progress)

@@ -98,7 +98,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     raise ValueError(f'split {split!r} has no images to decode.')
   sources, _ = task.sources(split, model.config.max_source_len, num_examples)
   batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len))
+                                       model.config.max_source_len,
+                                       pad_id=model.config.pad_id))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
                         decoders, max_len=max_len, repeats=repeats)
   upsampled = bicubic(low, shape[0])

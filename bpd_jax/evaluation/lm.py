@@ -54,8 +54,10 @@ def perplexity(model, examples: batching.EncodedPairs,
     rows += [examples[0]] * (batch_size - real)
     nll, tokens = _negative_log_likelihood(
         model, jnp.asarray(batching.pad_rows([p for p, _ in rows],
-                                             prompt_width)),
-        jnp.asarray(batching.pad_rows([c for _, c in rows], width)))
+                                             prompt_width,
+                                             pad_id=model.config.pad_id)),
+        jnp.asarray(batching.pad_rows([c for _, c in rows], width,
+                                      pad_id=model.config.pad_id)))
     total += float(np.asarray(nll)[:real].sum())
     count += int(np.asarray(tokens)[:real].sum())
   return math.exp(total / max(count, 1)), count
@@ -112,7 +114,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
         f'max_source_len={model.config.max_source_len} and kept their end.')
   batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len))
+                                       model.config.max_source_len,
+                                       pad_id=model.config.pad_id))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
                         decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
@@ -121,7 +124,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
         f'{row["wall_s"]:.2f} s')
   greedy = measured[0].outputs
   head_accuracy = predictions.head_accuracy(
-      model, batching.pad_rows(sources, model.config.max_source_len),
+      model, batching.pad_rows(sources, model.config.max_source_len,
+                               pad_id=model.config.pad_id),
       greedy.tokens, greedy.lengths, heads=model.config.num_proposal_heads)
   log(f'  teacher-forced accuracy per head, on the greedy outputs: '
       f'{head_accuracy}')

@@ -91,7 +91,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
         f'max_source_len={model.config.max_source_len} and were cut.')
   references = [target for _, target in pairs]
   batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len))
+                                       model.config.max_source_len,
+                                       pad_id=model.config.pad_id))
   measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
                         decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
@@ -105,7 +106,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     log(f'  {run.spec.name}: BLEU {score:.2f}, mean block '
         f'{row["mean_block"]}, {row["wall_s"]:.2f} s')
   greedy = measured[0].outputs
-  padded = batching.pad_rows(sources, model.config.max_source_len)
+  padded = batching.pad_rows(sources, model.config.max_source_len,
+                             pad_id=model.config.pad_id)
   heads = model.config.num_proposal_heads
   references_tokens = [(tokens + [model.config.eos_id])[:max_len] for tokens
                        in task.vocab.encode_many(references)]
@@ -113,7 +115,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
       greedy=predictions.head_accuracy(
           model, padded, greedy.tokens, greedy.lengths, heads=heads),
       references=predictions.head_accuracy(
-          model, padded, batching.pad_rows(references_tokens, max_len),
+          model, padded, batching.pad_rows(references_tokens, max_len,
+                                           pad_id=model.config.pad_id),
           np.array([len(t) for t in references_tokens]), heads=heads))
   log(f'  teacher-forced accuracy per head, on the greedy outputs: '
       f'{head_accuracy["greedy"]}; on the references: '

@@ -35,6 +35,31 @@ def model_config_from(config, vocab_size: int) -> TransformerConfig:
                                      vocab_size=vocab_size)
 
 
+# The ids a model and its task's vocabulary must share: what pads, ends and
+# starts a sequence.
+SPECIAL_IDS = ('pad_id', 'eos_id', 'bos_id', 'stop_ids')
+
+
+def check_special_ids(model_config: TransformerConfig, vocab) -> None:
+  """Raises errors.ConfigError unless the model's special ids are the task
+  vocabulary's (`vocab`: pad_id, eos_id, bos_id, stop_ids), which padded,
+  ended and started the data it reads.
+
+  Every job checks it at start: a model whose eos is not the data's would
+  learn and decode with another end, one whose pad is a token of the data
+  would read padding as text.
+  """
+  model = {name: getattr(model_config, name) for name in SPECIAL_IDS}
+  task = {name: getattr(vocab, name) for name in SPECIAL_IDS}
+  task['stop_ids'] = tuple(task['stop_ids'])
+  if model != task:
+    show = lambda ids: ', '.join(f'{k}={v}' for k, v in ids.items())
+    raise errors.ConfigError(
+        f'the model\'s special ids ({show(model)}) are not the task '
+        f'vocabulary\'s ({show(task)}): set the model section\'s to the '
+        f'vocabulary\'s.')
+
+
 def random_model(config, vocab_size: int) -> Transformer:
   """The config's model with its seed's random weights: what the bench and
   draft jobs measure with --init=random, no checkpoint needed."""

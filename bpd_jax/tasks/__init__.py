@@ -29,8 +29,10 @@ continuation, for decoder-only models) also follow `TextualTask`
 (pairs(split), a text vocabulary); an image task is an
 images.task.ImageTask. Shared by all kinds: batching.py (training and
 evaluation batches), host_shards.py (each process's share of a split),
-checks.py (the config checks' helpers), tfds_builders.py; the reserved
-token ids are infra/token_ids.py.
+checks.py (the config checks' helpers), tfds_builders.py. Each task's
+vocabulary names its special ids (pad_id, eos_id, bos_id, stop_ids: the
+project's own 0, 1, 2, an imported checkpoint's its own), which the task
+and batching pad, end and start with.
 
 This module is the package's public API: no module outside bpd_jax/tasks/
 tests a task's name; it asks `get(name).kind` or `require_kind`.

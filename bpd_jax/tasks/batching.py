@@ -17,14 +17,15 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from bpd_jax.infra import atomic_files
-from bpd_jax.infra import token_ids
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), eos-ended.
 
 
-def pad_rows(rows: Sequence[Sequence[int]], length: int) -> np.ndarray:
-  """[len(rows), length] int32, right-padded with pad id 0."""
-  out = np.full((len(rows), length), token_ids.PAD_ID, np.int32)
+def pad_rows(rows: Sequence[Sequence[int]], length: int, *,
+             pad_id: int) -> np.ndarray:
+  """[len(rows), length] int32, right-padded with pad_id (the task
+  vocabulary's: -1 where no vocabulary id pads)."""
+  out = np.full((len(rows), length), pad_id, np.int32)
   for i, row in enumerate(rows):
     out[i, :len(row)] = row
   return out
@@ -40,6 +41,7 @@ class TrainBatches:
     max_source_len: source padding length; longer examples are dropped.
     max_target_len: target padding length; longer examples are dropped.
     seed: shuffling seed.
+    pad_id: the id rows are padded with (the task vocabulary's).
     process_index: this process's index (jax.process_index()).
     process_count: number of processes (jax.process_count()).
   """
@@ -48,6 +50,7 @@ class TrainBatches:
   max_source_len: int
   max_target_len: int
   seed: int
+  pad_id: int = dataclasses.field(kw_only=True)
   process_index: int = 0
   process_count: int = 1
 
@@ -94,17 +97,21 @@ class TrainBatches:
     for position in range(first, first + self.local_batch_size):
       epoch, index = divmod(position, len(self._kept))
       rows.append(self.examples[self._permutation(epoch)[index]])
-    return dict(source=pad_rows([s for s, _ in rows], self.max_source_len),
-                target=pad_rows([t for _, t in rows], self.max_target_len))
+    return dict(source=pad_rows([s for s, _ in rows], self.max_source_len,
+                                pad_id=self.pad_id),
+                target=pad_rows([t for _, t in rows], self.max_target_len,
+                                pad_id=self.pad_id))
 
 
 def eval_batches(sources: Sequence[Sequence[int]], batch_size: int,
-                 max_source_len: int) -> Iterator[tuple[np.ndarray, int]]:
-  """Fixed-shape batches of eval sources, in order.
+                 max_source_len: int, *,
+                 pad_id: int) -> Iterator[tuple[np.ndarray, int]]:
+  """Fixed-shape batches of eval sources, in order, padded with pad_id.
 
-  The last batch is filled up with one-token sources (eos) so that every
-  batch has the same shape (one compilation); the count says how many rows
-  are real. Sources must fit max_source_len (see `truncate`).
+  The last batch is filled up with copies of its first source so that
+  every batch has the same shape (one compilation) and the copies take no
+  longer than a real row; the count says how many rows are real. Sources
+  must fit max_source_len (see `truncate`).
 
   Yields:
     ([batch_size, max_source_len] int32, number of real rows).
@@ -112,18 +119,18 @@ def eval_batches(sources: Sequence[Sequence[int]], batch_size: int,
   for start in range(0, len(sources), batch_size):
     chunk = list(sources[start:start + batch_size])
     real = len(chunk)
-    chunk += [[token_ids.EOS_ID]] * (batch_size - real)
-    yield pad_rows(chunk, max_source_len), real
+    chunk += [chunk[0]] * (batch_size - real)
+    yield pad_rows(chunk, max_source_len, pad_id=pad_id), real
 
 
-def truncate(sources: Sequence[Sequence[int]],
-             max_len: int) -> tuple[list[list[int]], int]:
-  """Cuts sources longer than max_len (keeping a final eos); returns the
-  sources and how many were cut."""
+def truncate(sources: Sequence[Sequence[int]], max_len: int, *,
+             eos_id: int) -> tuple[list[list[int]], int]:
+  """Cuts sources longer than max_len (keeping a final eos_id); returns
+  the sources and how many were cut."""
   out, cut = [], 0
   for source in sources:
     if len(source) > max_len:
-      source, cut = list(source[:max_len - 1]) + [token_ids.EOS_ID], cut + 1
+      source, cut = list(source[:max_len - 1]) + [eos_id], cut + 1
     out.append(list(source))
   return out, cut
 
@@ -216,9 +223,9 @@ class BucketedBatches:
 
   def __init__(self, examples: Sequence[Example], boundaries: Sequence[int],
                tokens_per_batch: int, max_source_len: int,
-               max_target_len: int, seed: int, row_multiple: int = 1,
-               process_index: int = 0, process_count: int = 1,
-               all_counts=None):
+               max_target_len: int, seed: int, *, pad_id: int,
+               row_multiple: int = 1, process_index: int = 0,
+               process_count: int = 1, all_counts=None):
     """Groups this process's examples into buckets.
 
     Args:
@@ -230,6 +237,7 @@ class BucketedBatches:
         min(L, max_source_len)).
       max_target_len: target padding length at most.
       seed: shuffling seed.
+      pad_id: the id rows are padded with (the task vocabulary's).
       row_multiple: global rows are a multiple of this (the devices of the
         data axis); must be a multiple of process_count.
       process_index: this process's index (jax.process_index()).
@@ -248,7 +256,7 @@ class BucketedBatches:
     if row_multiple < 1 or row_multiple % process_count:
       raise ValueError(f'row_multiple={row_multiple} must be a positive '
                        f'multiple of the {process_count} processes.')
-    self.boundaries, self.seed = boundaries, seed
+    self.boundaries, self.seed, self.pad_id = boundaries, seed, pad_id
     self.max_source_len, self.max_target_len = max_source_len, max_target_len
     self.process_count = process_count
     self.examples = examples
@@ -322,5 +330,7 @@ class BucketedBatches:
             for p in range(first, first + local_rows)]
     length = self.boundaries[bucket]
     return dict(
-        source=pad_rows([s for s, _ in rows], min(length, self.max_source_len)),
-        target=pad_rows([t for _, t in rows], min(length, self.max_target_len)))
+        source=pad_rows([s for s, _ in rows], min(length, self.max_source_len),
+                        pad_id=self.pad_id),
+        target=pad_rows([t for _, t in rows], min(length, self.max_target_len),
+                        pad_id=self.pad_id))

@@ -29,12 +29,24 @@ Example = tuple[Ids, Ids]
 
 @runtime_checkable
 class Vocab(Protocol):
-  """What every task's vocabulary gives the jobs."""
+  """What every task's vocabulary gives the jobs.
+
+  Attributes:
+    pad_id: the id the task pads rows with (-1: no vocabulary id pads).
+    eos_id: the id its sequences end with.
+    stop_ids: further ids that end a decode as eos_id does.
+    bos_id: the id a decoder's input starts with.
+  The model's config must have the same ids (a job checks it at start).
+  """
+  pad_id: int
+  eos_id: int
+  stop_ids: tuple[int, ...]
+  bos_id: int
 
   @property
   def vocab_size(self) -> int:
-    """Number of ids, the reserved ones (infra/token_ids.py) included: the
-    model config's vocab_size."""
+    """Number of ids, the special ones included: the model config's
+    vocab_size."""
 
   @property
   def fingerprint(self) -> str:

@@ -87,7 +87,8 @@ def _distill_text(config, model, task, output_dir, log, batch_size, mesh,
         f'{model.config.max_source_len} and were cut before decoding.')
   translations = []
   batches = batching.eval_batches(sources, batch_size,
-                                  model.config.max_source_len)
+                                  model.config.max_source_len,
+                                  pad_id=model.config.pad_id)
   decoder = generate.Decoder(model, mesh=mesh)
   for i, (inputs, real) in enumerate(batches):
     result = decoder.greedy(inputs, max_len=config.eval.max_len)
@@ -129,7 +130,7 @@ def _distill_lm(config, model, task, output_dir, log, batch_size, mesh,
   decoder = generate.Decoder(model, mesh=mesh)
   pairs = []
   for i, (inputs, real) in enumerate(batching.eval_batches(
-      sources, batch_size, max_source_len)):
+      sources, batch_size, max_source_len, pad_id=model.config.pad_id)):
     result = decoder.greedy(inputs, max_len=config.eval.max_len)
     lengths = np.asarray(result.lengths)
     for row, tokens in enumerate(np.asarray(result.tokens)[:real]):

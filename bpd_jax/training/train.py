@@ -58,6 +58,7 @@ def train_batches(config, task, data_devices: int, log=print):
         task.train_examples(process_index, process_count),
         train_config.bucket_lengths, tokens, source_len,
         task_config.max_target_len, config.seed,
+        pad_id=task.vocab.pad_id,
         row_multiple=math.lcm(data_devices, process_count),
         process_index=process_index, process_count=process_count,
         all_counts=all_counts)
@@ -71,8 +72,8 @@ def train_batches(config, task, data_devices: int, log=print):
                                f'devices of the data axis.')
     data = batching.TrainBatches(
         task.encoded('train'), train_config.batch_size, source_len,
-        task_config.max_target_len, config.seed, process_index,
-        process_count)
+        task_config.max_target_len, config.seed, process_index=process_index,
+        process_count=process_count, pad_id=task.vocab.pad_id)
   if data.dropped:
     log(f'{data.dropped} training pairs longer than the task\'s max lengths '
         f'were left out.')
@@ -132,6 +133,7 @@ def train(config, workdir: str, log=print, evaluate=None):
       f'{jax.process_index()}.')
   task = _load_task(config, workdir, log)
   model_config = factory.model_config_from(config, task.vocab.vocab_size)
+  factory.check_special_ids(model_config, task.vocab)
   phases = phases_lib.plan_phases(train_config, model_config)
   data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)
   graphdef, params = nnx.split(

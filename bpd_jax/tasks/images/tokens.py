@@ -38,6 +38,7 @@ class ImageVocabulary:
   config and the training loop read: vocab_size and the special ids.
   """
   pad_id, eos_id, bos_id = token_ids.PAD_ID, token_ids.EOS_ID, token_ids.BOS_ID
+  stop_ids = ()
   intensity_offset = INTENSITY_OFFSET
 
   @property

@@ -47,7 +47,6 @@ import sysconfig
 import tokenize
 import zlib
 
-from bpd_jax.infra import token_ids
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.checks import at_least, eval_split
 from bpd_jax.tasks.lm import task as task_lib
@@ -203,12 +202,12 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
       lines = random.Random(0).sample(lines, config.vocab_lines)
     return lines
 
-  vocab, start_id = task_lib.lm_vocab(config, workdir, train_vocab,
-                                      vocab_text, **CODE_VOCAB_OPTIONS)
+  vocab = task_lib.lm_vocab(config, workdir, train_vocab, vocab_text,
+                            **CODE_VOCAB_OPTIONS)
 
   def examples(split):
     def reader():
-      documents = (ids + [token_ids.EOS_ID]
+      documents = (ids + [vocab.eos_id]
                    for ids in vocab.encode_many(texts[split]))
       return task_lib.chunked(documents, config.max_target_len)
     return reader
@@ -223,8 +222,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   return task_lib.LMTask(
       vocab, text_task.LazySplits(readers),
       eval_prompt_len=config.max_source_len,
-      train_prompt_len=config.max_source_len if distilled else 0,
-      start_id=start_id)
+      train_prompt_len=config.max_source_len if distilled else 0)
 
 
 def check_evaluation(split: str, root: str, files: list[str],
@@ -238,8 +236,9 @@ def check_evaluation(split: str, root: str, files: list[str],
   when a job uses it.
   """
   examples = (example for text in texts for example in task_lib.chunked(
-      [vocab.encode(text) + [token_ids.EOS_ID]], max_target_len))
-  if not task_lib.has_eval_example(examples, max_source_len):
+      [vocab.encode(text) + [vocab.eos_id]], max_target_len))
+  if not task_lib.has_eval_example(examples, max_source_len,
+                                   eos_id=vocab.eos_id):
     raise _nothing_to_evaluate(split, root, files, max_source_len)
 
 

@@ -9,8 +9,8 @@ continuation only (`losses.decoder_only_sequence`).
 
 Evaluation decodes from prompts: an example's own prompt, or, where it has
 none, the first `eval_prompt_len` tokens of its continuation; the reference
-is what follows. The decoder's input is the prompt behind `start_id` (the
-token every training sequence starts from).
+is what follows. The decoder's input is the prompt behind the vocabulary's
+bos_id (the token every training sequence starts from).
 
 An LMTask serves what the jobs ask of a text task (the
 `spec.TextualTask` protocol: vocab, pairs, sources, encoded,
@@ -28,7 +28,6 @@ import numpy as np
 
 from bpd_jax.infra import atomic_files
 from bpd_jax.infra import errors
-from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks.text import vocab as vocab_lib
@@ -47,13 +46,11 @@ class LMTask:
     train_prompt_len: the prompt width of training batches: 0 where the
       training examples have no prompt (plain language modelling: no
       position is spent on one), else task.max_source_len.
-    start_id: the first decoder input of every sequence (bos).
   """
   vocab: vocab_lib.Vocabulary
   splits: collections.abc.Mapping[str, batching.EncodedPairs]
   eval_prompt_len: int
   train_prompt_len: int
-  start_id: int = token_ids.BOS_ID
 
   def encoded(self, split: str) -> batching.EncodedPairs:
     """The split's (prompt ids, continuation ids) examples."""
@@ -89,7 +86,8 @@ class LMTask:
     out = []
     examples = self.encoded(split)
     for i in range(len(examples)):
-      pair = eval_pair(*examples[i], self.eval_prompt_len)
+      pair = eval_pair(*examples[i], self.eval_prompt_len,
+                       eos_id=self.vocab.eos_id)
       if pair is not None:
         out.append(pair)
         if len(out) == limit:
@@ -103,7 +101,7 @@ class LMTask:
 
   def sources(self, split: str, max_len: int,
               limit: int = 0) -> tuple[list[list[int]], int]:
-    """Decoder inputs: start_id + prompt, at most max_len tokens (a longer
+    """Decoder inputs: bos + prompt, at most max_len tokens (a longer
     prompt keeps its end, the part next to the continuation); and how many
     were cut.
 
@@ -120,31 +118,31 @@ class LMTask:
       prompt = [int(t) for t in prompt]
       if len(prompt) > max_len - 1:
         prompt, cut = prompt[len(prompt) - (max_len - 1):], cut + 1
-      inputs.append([self.start_id] + prompt)
+      inputs.append([self.vocab.bos_id] + prompt)
     return inputs, cut
 
 
 def eval_pair(prompt: collections.abc.Sequence[int],
               continuation: collections.abc.Sequence[int],
-              eval_prompt_len: int) -> tuple | None:
+              eval_prompt_len: int, *, eos_id: int) -> tuple | None:
   """What evaluation decodes of one example: (prompt ids, reference ids).
 
   A prompt-less example gives its first eval_prompt_len tokens as the
   prompt, and None if no token follows them; the reference loses a final
-  eos.
+  eos_id.
   """
   if not len(prompt):
     if len(continuation) <= eval_prompt_len:
       return None
     prompt, continuation = (continuation[:eval_prompt_len],
                             continuation[eval_prompt_len:])
-  if len(continuation) and continuation[-1] == token_ids.EOS_ID:
+  if len(continuation) and continuation[-1] == eos_id:
     continuation = continuation[:-1]
   return prompt, continuation
 
 
 def has_eval_example(examples: collections.abc.Iterable[tuple],
-                     eval_prompt_len: int) -> bool:
+                     eval_prompt_len: int, *, eos_id: int) -> bool:
   """Whether any of `examples` ((prompt ids, continuation ids)) gives
   evaluation something to decode (`eval_pair`).
 
@@ -152,7 +150,8 @@ def has_eval_example(examples: collections.abc.Iterable[tuple],
   with it from a lazy iterable, before any training, without encoding the
   whole split.
   """
-  return any(eval_pair(prompt, continuation, eval_prompt_len) is not None
+  return any(eval_pair(prompt, continuation, eval_prompt_len,
+                       eos_id=eos_id) is not None
              for prompt, continuation in examples)
 
 
@@ -161,16 +160,13 @@ VOCAB_TYPES = ('sentencepiece', 'gpt2')
 
 def lm_vocab(config, workdir: str, train_vocab: bool,
              sentences: Callable[[], list[str]], **options):
-  """An LM task's vocabulary and start token, by task.vocab_type.
+  """An LM task's vocabulary, by task.vocab_type.
 
   'sentencepiece' (the default): found or trained on `sentences()`
-  (`vocab.sentencepiece_vocab`, `options` its trainer options); sequences
-  start with bos. 'gpt2': a pretrained GPT-2's tokenizer from the
-  checkpoint folder task.vocab_path (vocab.json, merges.txt); sequences
-  start with <|endoftext|>, eos 1, as GPT-2's texts do (models/gpt2.py).
-
-  Returns:
-    (vocabulary, start_id).
+  (`vocab.sentencepiece_vocab`, `options` its trainer options). 'gpt2': a
+  pretrained GPT-2's tokenizer from the checkpoint folder task.vocab_path
+  (vocab.json, merges.txt); sequences start with <|endoftext|>, eos 1, as
+  GPT-2's texts do (models/gpt2.py).
   """
   vocab_type = config.get('vocab_type', 'sentencepiece')
   if vocab_type not in VOCAB_TYPES:
@@ -181,10 +177,9 @@ def lm_vocab(config, workdir: str, train_vocab: bool,
       raise ValueError("task.vocab_type='gpt2' reads the tokenizer of a "
                        'GPT-2 folder: set task.vocab_path to it.')
     from bpd_jax.tasks.text import gpt2_vocab  # Only GPT-2 needs tokenizers.
-    return gpt2_vocab.GPT2Vocabulary(config.vocab_path), token_ids.EOS_ID
-  return (vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
-                                        sentences, **options),
-          token_ids.BOS_ID)
+    return gpt2_vocab.GPT2Vocabulary(config.vocab_path)
+  return vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
+                                       sentences, **options)
 
 
 def chunked(documents: collections.abc.Iterable[collections.abc.Sequence[int]],

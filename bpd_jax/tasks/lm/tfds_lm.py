@@ -39,7 +39,6 @@ import string
 
 import numpy as np
 
-from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
@@ -135,7 +134,7 @@ def encode(texts: list[tuple[str, str]], vocab, prompted: bool,
   cut into examples of max_target_len tokens.
   """
   prompts = vocab.encode_many([p for p, _ in texts]) if prompted else None
-  continuations = [ids + [token_ids.EOS_ID] for ids in
+  continuations = [ids + [vocab.eos_id] for ids in
                    vocab.encode_many([c for _, c in texts])]
   if not prompted:
     return task_lib.chunked(continuations, max_target_len)
@@ -196,7 +195,8 @@ def check_evaluation(name: str, source: ExampleSource, vocab,
   """
   examples = (example for i in range(len(source)) for example in encode(
       [source[i]], vocab, prompted, max_source_len, max_target_len))
-  if not task_lib.has_eval_example(examples, max_source_len):
+  if not task_lib.has_eval_example(examples, max_source_len,
+                                   eos_id=vocab.eos_id):
     raise ValueError(
         f'{source.name} (task.splits.{name}) has nothing to evaluate: none '
         f'of its {len(source)} example(s) is longer than '
@@ -223,8 +223,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
     indices = np.sort(rng.choice(len(train), count, replace=False))
     return [text for i in indices for text in train[i] if text]
 
-  vocab, start_id = task_lib.lm_vocab(config, workdir, train_vocab,
-                                      vocab_text)
+  vocab = task_lib.lm_vocab(config, workdir, train_vocab, vocab_text)
 
   def reader(name):
     limit = config.train_limit if name == 'train' else 0
@@ -238,8 +237,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   splits = text_task.LazySplits({name: reader(name) for name in sources})
   return task_lib.LMTask(
       vocab, splits, eval_prompt_len=config.max_source_len,
-      train_prompt_len=config.max_source_len if prompted else 0,
-      start_id=start_id)
+      train_prompt_len=config.max_source_len if prompted else 0)
 
 
 SPEC = spec.TaskSpec(name='tfds_lm', kind='lm', load=_load, check=_check)

@@ -81,6 +81,8 @@ def check_embedding_rows(directory: str, size: int, origin: str) -> None:
 class GPT2Vocabulary(vocab_lib.Vocabulary):
   """GPT-2's tokenizer from a checkpoint directory, in the project's ids."""
 
+  bos_id = vocab_lib.EOS_ID  # <|endoftext|> starts a text (models/gpt2.py).
+
   def __init__(self, directory: str):
     """Reads DIRECTORY/vocab.json and DIRECTORY/merges.txt.
 

@@ -12,18 +12,23 @@ so that prompts and outputs are those of transformers and its tokenizer.
 As there, a special token written in the text ("<|im_start|>") is encoded
 as that token.
 
-The special ids come from the folder's files, as transformers' generate
-takes them: generation_config.json first, then config.json
-(bos_token_id, eos_token_id, pad_token_id), then tokenizer_config.json
-(bos_token, eos_token, pad_token, named by their text). eos_token_id may be
-a list (Llama 3 Instruct, Qwen2 Instruct): every id of `eos_ids` ends
-decoding, as any of them stops generate. A checkpoint may have no pad
-(Llama 3) or no bos (Qwen2's tokenizer config).
+The special ids are those models/imports gives the checkpoint's model
+(llama.special_ids, mirrored here: tasks/ may not import models/), so a
+job's check that the model's and the vocabulary's ids agree holds for
+every imported folder. They come from generation_config.json, else
+config.json, as transformers' generate takes them: eos_id is the first end
+id (eos_token_id may be a list: Llama 3 Instruct, Qwen2 Instruct) and
+stop_ids the others, each of which ends a decode and `decode`; bos_id is
+bos_token_id (eos_id where none is named: a decoder-only text then starts
+after an end token); pad_id is pad_token_id where that is none of those,
+else -1 (no id pads: Llama 3 has no pad, Qwen2's pad is its end token).
+tokenizer_config.json's token names are not read: the model's config
+files decide, as for generate.
 
 The vocabulary's size is the embedding's rows, config.json's vocab_size,
 which may exceed the tokenizer's ids (Qwen2 pads its embedding to a
 multiple of 128); an id of the tokenizer without a row stops with
-errors.DataError, as in gpt2_vocab.
+errors.DataError.
 """
 
 import json
@@ -36,19 +41,20 @@ from bpd_jax.infra import errors
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 TOKENIZER_FILE = 'tokenizer.json'
-TOKENIZER_CONFIG_FILE = 'tokenizer_config.json'
 GENERATION_CONFIG_FILE = 'generation_config.json'
 CONFIG_FILE = 'config.json'
-SPECIALS = ('bos', 'eos', 'pad')
+# The files the special ids are read from, the first that names one wins.
+ID_FILES = (GENERATION_CONFIG_FILE, CONFIG_FILE)
 
 
 class HFVocabulary(vocab_lib.Vocabulary):
   """tokenizer.json of a Hugging Face model folder, and its special ids.
 
   Attributes:
-    bos_id: the id a text starts with, or None.
-    eos_ids: the ids that end decoding (at least one).
-    pad_id: the padding id, or None.
+    eos_id: the first end id.
+    stop_ids: the other end ids.
+    bos_id: the id a text starts with.
+    pad_id: the padding id, or -1 (no id pads).
   """
 
   def __init__(self, folder: str):
@@ -57,9 +63,8 @@ class HFVocabulary(vocab_lib.Vocabulary):
     Raises:
       errors.MissingFileError: tokenizer.json is missing.
       errors.DataError: a file cannot be read or parsed; the folder names
-        no eos; a special id or token is not one of the tokenizer's (or of
-        the embedding's rows); the tokenizer has ids past config.json's
-        vocab_size.
+        no eos; a special id is not one of the embedding's rows; the
+        tokenizer has ids past config.json's vocab_size.
     """
     path = os.path.join(folder, TOKENIZER_FILE)
     if not os.path.isfile(path):
@@ -78,7 +83,6 @@ class HFVocabulary(vocab_lib.Vocabulary):
     except Exception as e:  # tokenizers raises a plain Exception.
       raise errors.DataError(f'{path} is not a tokenizers file: '
                              f'{_one_line(e)}') from None
-    self._path = path
     ids = self._tokenizer.get_vocab(with_added_tokens=True)
     self._tokenizer_size = max(ids.values()) + 1
     config = _optional_json(os.path.join(folder, CONFIG_FILE))
@@ -92,42 +96,32 @@ class HFVocabulary(vocab_lib.Vocabulary):
           f'vocab_size={self._vocab_size} rows: every id needs a row (are '
           f'they of the same model?).')
     sources = [(os.path.join(folder, name), _optional_json(
-        os.path.join(folder, name))) for name in (GENERATION_CONFIG_FILE,
-                                                  CONFIG_FILE)]
-    tokenizer_config = os.path.join(folder, TOKENIZER_CONFIG_FILE)
-    sources.append((tokenizer_config, _optional_json(tokenizer_config)))
-    special = {name: self._special_ids(name, sources) for name in SPECIALS}
-    if not special['eos']:
+        os.path.join(folder, name))) for name in ID_FILES]
+    eos = self._special_ids('eos', sources)
+    if not eos:
       raise errors.DataError(
-          f'{folder} names no eos: {GENERATION_CONFIG_FILE} or '
-          f'{CONFIG_FILE} (eos_token_id) or {TOKENIZER_CONFIG_FILE} '
-          f'(eos_token) must.')
-    self.bos_id = special['bos'][0] if special['bos'] else None
-    self.eos_ids = special['eos']
-    self.pad_id = special['pad'][0] if special['pad'] else None
+          f'{folder} names no eos_token_id ({" nor ".join(ID_FILES)}): '
+          f'decodes would never end.')
+    self.eos_id, self.stop_ids = eos[0], eos[1:]
+    self.bos_id = (self._special_ids('bos', sources) or eos)[0]
+    pad = self._special_ids('pad', sources)
+    self.pad_id = (pad[0] if pad and pad[0] not in (*eos, self.bos_id)
+                   else -1)
 
   def _special_ids(self, name: str, sources) -> tuple[int, ...]:
-    """The first source's ids of special token `name` ('bos', ...): its
-    {name}_token_id (an id or a list), or its {name}_token (text)."""
+    """The first source's {name}_token_id ('bos', ...: an id or a list),
+    without repeats; () where none names one."""
     for path, fields in sources:
-      ids = fields.get(f'{name}_token_id')
-      if ids is not None:
-        ids = tuple(ids) if isinstance(ids, list) else (ids,)
-        for token in ids:
-          if not _is_id(token) or token >= self._vocab_size:
-            raise errors.DataError(
-                f'{path} has {name}_token_id={fields[f"{name}_token_id"]!r}; '
-                f'ids are 0..{self._vocab_size - 1}.')
-        return ids
-      token = fields.get(f'{name}_token')
-      if isinstance(token, dict):  # An AddedToken: {'content': ..., ...}.
-        token = token.get('content')
-      if isinstance(token, str):
-        token_id = self._tokenizer.token_to_id(token)
-        if token_id is None:
-          raise errors.DataError(f'{path} has {name}_token={token!r}, which '
-                                 f'{self._path} does not have.')
-        return (token_id,)
+      value = fields.get(f'{name}_token_id')
+      if value is None or value == []:
+        continue
+      ids = value if isinstance(value, list) else [value]
+      for token in ids:
+        if not _is_id(token) or token >= self._vocab_size:
+          raise errors.DataError(
+              f'{path} has {name}_token_id={value!r}; ids are '
+              f'0..{self._vocab_size - 1}.')
+      return tuple(dict.fromkeys(ids))
     return ()
 
   @property
@@ -135,11 +129,6 @@ class HFVocabulary(vocab_lib.Vocabulary):
     """The embedding's rows (config.json's vocab_size; the tokenizer's ids
     where the folder has no config.json)."""
     return self._vocab_size
-
-  @property
-  def eos_id(self) -> int:
-    """The first of eos_ids, for code that takes one."""
-    return self.eos_ids[0]
 
   @property
   def fingerprint(self) -> str:
@@ -158,15 +147,10 @@ class HFVocabulary(vocab_lib.Vocabulary):
     return [encoding.ids for encoding in self._tokenizer.encode_batch(
         list(texts), add_special_tokens=add_special_tokens)]
 
-  def decode(self, ids: Sequence[int]) -> str:
-    """Text of ids up to the first eos, special tokens (bos, pad, chat
-    markers) left out; ids past the tokenizer's (embedding rows it does
-    not use) decode to nothing, as in `tokenizers`."""
-    ids = [int(i) for i in ids]
-    ends = [k for k, i in enumerate(ids) if i in self.eos_ids]
-    return self._decode_ids(ids[:ends[0]] if ends else ids)
-
   def _decode_ids(self, ids):
+    """The text of ids, special tokens (chat markers) left out; ids past
+    the tokenizer's (embedding rows it does not use) decode to nothing, as
+    in `tokenizers`."""
     return self._tokenizer.decode(ids, skip_special_tokens=True)
 
 

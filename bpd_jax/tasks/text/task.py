@@ -10,7 +10,6 @@ import collections.abc
 import dataclasses
 from typing import Callable
 
-from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.text import vocab as vocab_lib
 
@@ -55,7 +54,7 @@ class TextTask:
     """This process's share of the encoded training pairs."""
     if self.train_shard is not None:
       return self.train_shard(process_index, process_count)
-    eos = [token_ids.EOS_ID]
+    eos = [self.vocab.eos_id]
     share = self.pairs('train')[process_index::process_count]
     return batching.EncodedPairs.from_pairs(
         (s + eos, t + eos) for s, t in zip(
@@ -74,7 +73,7 @@ class TextTask:
 
   def encoded(self, split: str) -> list[tuple[list[int], list[int]]]:
     """(source ids, target ids) of a split, each ending with eos."""
-    eos = [token_ids.EOS_ID]
+    eos = [self.vocab.eos_id]
     return [(self.vocab.encode(s) + eos, self.vocab.encode(t) + eos)
             for s, t in self.pairs(split)]
 
@@ -88,6 +87,6 @@ class TextTask:
       limit: the first this many sentences (0: all).
     """
     pairs = self.pairs(split)[:limit or None]
-    return batching.truncate(
-        [self.vocab.encode(s) + [token_ids.EOS_ID] for s, _ in pairs],
-        max_len)
+    eos = [self.vocab.eos_id]
+    return batching.truncate([self.vocab.encode(s) + eos for s, _ in pairs],
+                             max_len, eos_id=self.vocab.eos_id)

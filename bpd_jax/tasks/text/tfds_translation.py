@@ -45,7 +45,6 @@ from collections.abc import Mapping
 import numpy as np
 from absl import logging
 
-from bpd_jax.infra import token_ids
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks import spec
@@ -140,7 +139,7 @@ def encoded_shard(source: PairSource, vocab, process_index: int,
                                         process_count)
   logging.info('Encoding pairs %d..%d of %s (process %d of %d).', start, end,
                source.split, process_index, process_count)
-  eos = [token_ids.EOS_ID]
+  eos = [vocab.eos_id]
   parts = []
   for first in range(start, end, _READ_CHUNK):
     pairs = source.pairs(range(first, min(first + _READ_CHUNK, end)))

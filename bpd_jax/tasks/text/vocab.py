@@ -1,8 +1,11 @@
-"""Vocabularies: text <-> token ids, with the ids the models reserve.
+"""Vocabularies: text <-> token ids, and the special ids a model reads.
 
-Every vocabulary uses pad 0, eos 1, bos 2 and unk 3 (infra/token_ids.py,
-the defaults of TransformerConfig), so a model config needs only the
-vocabulary size. `sentencepiece_vocab` finds or trains a task's model.
+Every vocabulary says which ids pad, end and start a sequence (`pad_id`,
+`eos_id`, `bos_id`, `stop_ids`): the project's own use pad 0, eos 1, bos 2
+and unk 3 (infra/token_ids.py, the defaults of TransformerConfig), an
+imported checkpoint's tokenizer its own (hf_vocab.py). Tasks pad, end and
+start with these, and a job refuses a model whose ids differ.
+`sentencepiece_vocab` finds or trains a task's model.
 """
 
 import abc
@@ -28,9 +31,15 @@ class Vocabulary(abc.ABC):
     tokenized_text: its text is tokens joined by spaces ("a cat ."), not
       detokenized prose ("a cat."): BLEU then takes it as it is, without
       sacreBLEU's warning that the data looks tokenized.
+    pad_id: the id rows are padded with; -1 where no vocabulary id pads.
+    eos_id: the id a sequence ends with (tasks append it).
+    stop_ids: further ids that end a decode as eos_id does.
+    bos_id: the id a decoder's input starts with.
   """
 
   tokenized_text = False
+  pad_id, eos_id, bos_id = PAD_ID, EOS_ID, BOS_ID
+  stop_ids: tuple[int, ...] = ()
 
   @property
   @abc.abstractmethod
@@ -63,11 +72,15 @@ class Vocabulary(abc.ABC):
     return fingerprint_of('\n'.join(texts).encode('utf-8', 'surrogatepass'))
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of ids up to the first eos; pad and bos are dropped."""
+    """Text of ids up to the first eos (or stop id); pad and bos are
+    dropped."""
     ids = [int(i) for i in ids]
-    if EOS_ID in ids:
-      ids = ids[:ids.index(EOS_ID)]
-    return self._decode_ids([i for i in ids if i not in (PAD_ID, BOS_ID)])
+    ends = [k for k, i in enumerate(ids) if i in (self.eos_id,
+                                                  *self.stop_ids)]
+    if ends:
+      ids = ids[:ends[0]]
+    return self._decode_ids([i for i in ids
+                             if i not in (self.pad_id, self.bos_id)])
 
 
 class WordVocabulary(Vocabulary):
