@@ -11,6 +11,9 @@ What it writes, as Hugging Face lays out a downloaded GPT-2:
 - vocab.json, merges.txt: a byte-level BPE of VOCAB_SIZE tokens trained
   with `tokenizers` on TRAINING_TEXT, renumbered so that <|endoftext|> is
   the last id, as in GPT-2's own vocabulary.
+- tokenizer.json: the same tokenizer as transformers' GPT2TokenizerFast
+  saves it from vocab.json and merges.txt (the file the Hub's gpt2
+  repository holds, which tasks/text/hf_vocab.py reads).
 - config.json, model.safetensors: `GPT2LMHeadModel.save_pretrained` of a
   2-layer model of width 32 (tensors named `transformer.h.0...`, the tied
   lm_head left out). Every parameter is drawn at random, layer-norm scales
@@ -79,6 +82,18 @@ def write_tokenizer(directory: str) -> dict[str, int]:
   return vocab
 
 
+def write_tokenizer_json(directory: str) -> None:
+  """tokenizer.json of DIRECTORY's vocab.json and merges.txt, as
+  GPT2TokenizerFast saves it (its other files are not read here)."""
+  fast = transformers.GPT2TokenizerFast(
+      vocab=os.path.join(directory, 'vocab.json'),
+      merges=os.path.join(directory, 'merges.txt'))
+  with tempfile.TemporaryDirectory() as saved:
+    fast.save_pretrained(saved)
+    os.replace(os.path.join(saved, 'tokenizer.json'),
+               os.path.join(directory, 'tokenizer.json'))
+
+
 def random_model(vocab_size: int, endoftext: int):
   """A seeded GPT2LMHeadModel with every parameter drawn at random."""
   config = transformers.GPT2Config(
@@ -119,6 +134,7 @@ def main(argv):
   directory = _OUTPUT_DIR.value
   os.makedirs(directory, exist_ok=True)
   vocab = write_tokenizer(directory)
+  write_tokenizer_json(directory)
   endoftext = vocab[ENDOFTEXT]
   model = random_model(len(vocab), endoftext)
   with tempfile.TemporaryDirectory() as saved:

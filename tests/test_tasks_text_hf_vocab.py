@@ -72,6 +72,8 @@ def test_decode_is_what_tokenizers_decodes(name):
     # is an end token, so no id pads; 384 embedding rows for 380 ids.
     ('tiny_qwen2', 377, 379, (377,), -1, 384,
      ['<|endoftext|>', '<|im_end|>']),
+    # <|endoftext|> ends a text and starts the next.
+    ('tiny_gpt2', 383, 383, (), -1, 384, ['<|endoftext|>']),
 ])
 def test_special_ids_come_from_the_folder(name, bos, eos, stops, pad, size,
                                           tokens):
@@ -81,6 +83,20 @@ def test_special_ids_come_from_the_folder(name, bos, eos, stops, pad, size,
   assert vocab.vocab_size == size
   tokenizer = library(name)
   assert {tokenizer.token_to_id(t) for t in tokens} == {bos, eos, *stops}
+
+
+def test_gpt2s_ids_are_those_of_transformers_gpt2_tokenizer():
+  # tokenizer.json beside vocab.json and merges.txt (scripts/
+  # make_tiny_gpt2.py): the ids transformers' GPT2Tokenizer recorded.
+  folder = os.path.join(DATA, 'tiny_gpt2')
+  vocab = hf_vocab.HFVocabulary(folder)
+  with np.load(os.path.join(folder, 'expected_logits.npz')) as data:
+    text, ids = str(data['text']), data['text_ids'].tolist()
+  assert vocab.encode(text) == ids == vocab.encode(text,
+                                                   add_special_tokens=True)
+  assert vocab.decode(ids + [vocab.eos_id] + ids) == text
+  code = 'def greet(name):\n    return f"hello, {name}!"\n'
+  assert vocab.decode(vocab.encode(code)) == code  # Byte-level: lossless.
 
 
 def _with_ids(tmp_path, **fields) -> hf_vocab.HFVocabulary:
