@@ -18,9 +18,11 @@
 
 `inputs` is the source for an encoder-decoder (decoding starts from bos_id)
 and the prompt for a decoder-only model; in both cases [batch, length] token
-ids, right-padded with pad_id. Options and inputs are checked before
-anything is compiled; each problem raises ValueError naming the value and
-the limit.
+ids, right-padded with pad_id (-1 for a model whose vocabulary has no pad
+token). An example ends at eos_id or at any of the model's stop_ids (kept
+in its output); its output is pad_id past the end. Options and inputs
+are checked before anything is compiled; each problem raises ValueError
+naming the value and the limit.
 
 Every decode runs as one jitted function (model call, verification,
 acceptance and cache bookkeeping inside one `lax.while_loop`), compiled once
@@ -335,11 +337,13 @@ def check_inputs(config, inputs,
                      f'1; got shape {array.shape}.')
   if not np.issubdtype(array.dtype, np.integer):
     raise ValueError(f'inputs must be integer token ids; got {array.dtype}.')
-  bad = (array < 0) | (array >= config.vocab_size)
+  bad = (((array < 0) & (array != config.pad_id))
+         | (array >= config.vocab_size))
   if bad.any():
     i, j = np.argwhere(bad)[0]
     raise ValueError(f'token id {array[i, j]} at inputs[{i}, {j}] is outside '
-                     f'the vocabulary [0, {config.vocab_size}).')
+                     f'the vocabulary [0, {config.vocab_size}) (padding: '
+                     f'pad_id={config.pad_id}).')
   valid = array != config.pad_id
   lengths = valid.sum(axis=1)
   if (lengths == 0).any():
@@ -407,7 +411,8 @@ def _decode_body(model: Transformer, weights, inputs,
                                           weights=weights),
       extend_tree=model.extend_tree, commit=model.commit, **proposals)
   ids = dict(max_len=options.max_len, eos_id=config.eos_id,
-             pad_id=config.pad_id, iterations=iterations)
+             stop_ids=config.stop_ids, pad_id=config.pad_id,
+             iterations=iterations)
   if options.sampling:
     return decoding.sampling.blockwise_sample_decode(
         fns, cache, prompt, prompt_lengths, k=k, sampler=sampler, keys=keys,

@@ -38,7 +38,8 @@ CRITERIA = {
 
 def decode(mode, k, max_len, criterion=Exact(), min_block=1,
            prompt=PROMPT, lengths=LENGTHS, eos_position=EOS_POSITION,
-           refinement=None, rescore=None, fns=None, trace=False, tree=None):
+           refinement=None, rescore=None, fns=None, trace=False, tree=None,
+           stop_ids=(), pad_id=fake_model.PAD):
   prompt = jnp.asarray(prompt, jnp.int32)
   scored = k  # Positions a call scores: k, or the nodes of a tree.
   if tree is not None:
@@ -50,8 +51,8 @@ def decode(mode, k, max_len, criterion=Exact(), min_block=1,
       eos_position)
   run = functools.partial(
       blockwise_decode, fns or fake_model.make_fns(mode, k), k=k,
-      max_len=max_len, eos_id=fake_model.EOS, pad_id=fake_model.PAD,
-      criterion=criterion, min_block=min_block, refinement=refinement,
+      max_len=max_len, eos_id=fake_model.EOS, pad_id=pad_id,
+      stop_ids=stop_ids, criterion=criterion, min_block=min_block, refinement=refinement,
       rescore=rescore, tree=tree)
   args = (cache, prompt, jnp.asarray(lengths, jnp.int32))
   return jax.make_jaxpr(run)(*args) if trace else jax.jit(run)(*args)
@@ -184,6 +185,32 @@ def test_greedy_keeps_eos_and_ends_the_example():
   assert result.lengths[0] == 3
   assert result.tokens[0, 2] == fake_model.EOS
   assert (result.tokens[0, 3:] == fake_model.PAD).all()
+
+
+@pytest.mark.parametrize('mode, k, tree', [
+    ('oracle', 1, None), ('oracle', 4, None), (('right_first', 1), 3, None),
+    (('right_first', 1), 4, Tree.from_widths((2, 1, 2), 3))])
+def test_stop_ids_end_an_example_as_eos_does_padded_with_minus_one(
+    mode, k, tree):
+  # No vocabulary id pads (-1), and 5 and 9 end an example as eos does:
+  # each output is greedy's up to its first end id (kept), -1 after it.
+  max_len, stops = 40, (5, 9)
+  prompt = np.where(np.arange(3) < np.array(LENGTHS)[:, None], PROMPT, -1)
+  result = decode(mode, k, max_len, prompt=prompt, stop_ids=stops,
+                  pad_id=-1, tree=tree)
+  cut = 0
+  for i in range(len(PROMPT)):
+    expected = greedy_reference(i, max_len)
+    ends = [j for j, token in enumerate(expected) if token in stops]
+    if ends:
+      expected, cut = expected[:ends[0] + 1], cut + 1
+    n = len(expected)
+    np.testing.assert_array_equal(result.tokens[i, :n], expected)
+    assert (result.tokens[i, n:] == -1).all()
+    assert result.lengths[i] == n
+    if mode == 'oracle':
+      assert result.model_calls[i] == 1 + math.ceil((n - 1) / k)
+  assert cut >= 2  # Stop ids ended examples that eos ends later.
 
 
 def test_batch_equals_each_example_alone():

@@ -1,5 +1,6 @@
 """The language-model report: perplexity and the decoders side by side."""
 
+import dataclasses
 import math
 
 import jax
@@ -47,6 +48,17 @@ def test_perplexity_is_the_mean_likelihood_of_the_continuations():
                  for i, token in enumerate(continuation))
   assert count == sum(len(c) for _, c in examples)
   np.testing.assert_allclose(ppl, math.exp(total / count), rtol=1e-4)
+
+
+def test_perplexity_without_a_pad_token_is_that_of_padding_with_0():
+  # No example holds id 0: padding with -1 (pad_id=-1) scores what
+  # padding with 0 scores, on the same weights.
+  model, task, _ = setup()
+  minus = Transformer(dataclasses.replace(model.config, pad_id=-1),
+                      rngs=nnx.Rngs(0))
+  examples = task.encoded('validation')
+  assert lm.perplexity(minus, examples, batch_size=4) == lm.perplexity(
+      model, examples, batch_size=4)
 
 
 def test_prompts_decoded_by_every_decoder_exact_equals_greedy():

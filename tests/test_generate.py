@@ -635,3 +635,75 @@ def test_refinement_is_refused_for_heads_that_read_each_other(head_layer):
   np.testing.assert_array_equal(
       plain.tokens, generate.blockwise(model, [[3, 4, 1]], k=4,
                                        max_len=8).tokens)
+
+
+# --- A checkpoint's own ids: no pad token (pad_id=-1), several end ids.
+
+SPARE = 11  # A vocabulary id the inputs below never hold.
+
+
+def own_ids_model(seed, encoder_layers, head_layer, architecture, pad_id):
+  """A random model over 12 ids with stop ids 5 and 9 besides eos 1, every
+  id (0 included) a token, padded with `pad_id`."""
+  return random_model(seed, encoder_layers, head_layer, head_scale=0.0,
+                      architecture=architecture, vocab_size=12,
+                      stop_ids=(5, 9), pad_id=pad_id)
+
+
+def own_ids_inputs(seed, batch, pad_id):
+  """Right-padded inputs of different lengths, ids in [0, SPARE)."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(0, SPARE, (batch, 6))
+  lengths = np.array([6, 1, 4, 2][:batch])
+  return np.where(np.arange(6) < lengths[:, None], tokens, pad_id)
+
+
+# Seeds whose outputs end at a stop id early and run long in others.
+@pytest.mark.parametrize('seed,encoder_layers,head_layer,architecture', [
+    (4, 2, 'independent', 'paper'), (3, 0, 'sequential', 'paper'),
+    (4, 0, 'autoregressive', 'llama')])
+def test_pad_minus_one_and_stop_ids_blockwise_equals_greedy(
+    seed, encoder_layers, head_layer, architecture):
+  """Exact blockwise decoding (one draft and trees) is greedy's output
+  when no vocabulary id pads and stop ids end examples as eos does; the
+  padding is never read: greedy with a spare id as pad_id, on the same
+  weights, decodes the same tokens."""
+  with jax.enable_x64(True):
+    model = own_ids_model(seed, encoder_layers, head_layer, architecture, -1)
+    inputs = own_ids_inputs(seed, 4, -1)
+    reference = generate.greedy(model, inputs, max_len=20)
+    tokens, lengths = np.asarray(reference.tokens), np.asarray(
+        reference.lengths)
+    ends = tokens[np.arange(4), lengths - 1]
+    stopped = np.isin(ends, (5, 9)) & (lengths < 20)
+    assert stopped.any(), (ends, lengths)  # A stop id ended an example.
+    for i, n in enumerate(lengths):
+      assert not np.isin(tokens[i, :n - 1], (1, 5, 9)).any()  # The first.
+      assert (tokens[i, n:] == -1).all()
+    for tree in (None, Tree.from_widths((2, 2), 3)):
+      result = generate.blockwise(model, inputs, k=4, max_len=20, tree=tree)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      np.testing.assert_array_equal(result.lengths, lengths)
+      assert float(result.mean_block_size) > 1.0
+    spare = own_ids_model(seed, encoder_layers, head_layer, architecture, SPARE)
+    same = jax.tree.map(np.array_equal, nnx.state(model, nnx.Param),
+                              nnx.state(spare, nnx.Param))
+    assert all(jax.tree.leaves(same))  # The same weights.
+    padded = generate.greedy(spare, np.where(inputs < 0, SPARE, inputs),
+                             max_len=20)
+    np.testing.assert_array_equal(padded.lengths, lengths)
+    np.testing.assert_array_equal(
+        np.where(np.arange(20) < lengths[:, None], padded.tokens, -1),
+        tokens)
+
+
+@pytest.mark.parametrize('inputs,message', [
+    ([[3, -2]], r'token id -2 at inputs\[0, 1\] is outside the vocabulary '
+     r'\[0, 7\) \(padding: pad_id=-1\)'),
+    ([[3, -1, 4]], 'example 0 has pad_id=-1 before a token'),
+    ([[3, 4], [-1, -1]], 'example 1 of the inputs is empty'),
+])
+def test_bad_inputs_without_a_pad_token(inputs, message):
+  model = random_model(0, dtype='float32', pad_id=-1)
+  with pytest.raises(ValueError, match=message):
+    generate.greedy(model, inputs, max_len=8)

@@ -30,12 +30,13 @@ SAMPLERS = [decoding.Sampler(1.0), decoding.Sampler(0.7, top_k=4),
             decoding.Sampler(1.3, top_p=0.8)]
 
 
-def tiny_model(head_layer, seed=0):
+def tiny_model(head_layer, seed=0, **overrides):
   """A random encoder-decoder over 8 tokens: its outputs spread over ~200
   sequences of 3 tokens, and its random heads' q differ from p.
   head_layer: a head layer, 'autoregressive:source=S' (the draft layer
   reading the source), or 'H@llama': heads H on a decoder-only model of
-  the Llama family's pieces (tests/llama_like.py), sampled after PROMPT."""
+  the Llama family's pieces (tests/llama_like.py), sampled after PROMPT.
+  overrides: further TransformerConfig fields."""
   head_layer, llama, _ = head_layer.partition('@llama')
   head_layer, _, source = head_layer.partition(':source=')
   fields = dict(num_heads=2, num_encoder_layers=1)
@@ -45,7 +46,7 @@ def tiny_model(head_layer, seed=0):
       'tiny', vocab_size=VOCAB, d_model=16, d_ff=32, num_decoder_layers=1,
       num_proposal_heads=4, head_hidden=16, head_layer=head_layer,
       max_source_len=8, max_target_len=12, dropout_rate=0.0,
-      draft_source=source or 'none', **fields)
+      draft_source=source or 'none', **fields, **overrides)
   return Transformer(config, rngs=nnx.Rngs(seed))
 
 
@@ -63,7 +64,8 @@ def model_inputs(model) -> np.ndarray:
 
 def exact_distribution(model, sampler) -> dict[tuple, float]:
   """P(output) under ancestral sampling, every output of MAX_LEN = 3
-  tokens or fewer (ending at eos), from full forward passes."""
+  tokens or fewer (ending at eos or a stop id), from full forward
+  passes."""
   config = model.config
   prefixes = np.array(list(itertools.product(range(VOCAB), repeat=2)))
   count = len(prefixes)
@@ -76,17 +78,17 @@ def exact_distribution(model, sampler) -> dict[tuple, float]:
   logits = teacher_forced_logits(model, source, decoder_input)
   logits = logits[:, start.shape[1] - 1:]  # After the start: 3 positions.
   p = np.exp(np.asarray(sampler.log_probs(logits), np.float64))  # [V*V,3,V]
-  eos = config.eos_id
+  ends = (config.eos_id, *config.stop_ids)
   probabilities = {}
   for t1 in range(VOCAB):
     p1 = p[0, 0, t1]
-    if t1 == eos:
+    if t1 in ends:
       probabilities[(t1,)] = p1
       continue
     for t2 in range(VOCAB):
       row = t1 * VOCAB + t2
       p12 = p1 * p[row, 1, t2]
-      if t2 == eos:
+      if t2 in ends:
         probabilities[(t1, t2)] = p12
         continue
       for t3 in range(VOCAB):
@@ -152,6 +154,22 @@ def test_samples_have_the_base_models_distribution(k, head_layer):
     assert p_value > ALPHA, (sampler, p_value)
     if k > 1:  # The rule accepted proposals: fewer calls than tokens.
       assert float(result.mean_block_size) > 1.05, sampler
+
+
+def test_samples_ending_at_stop_ids_have_the_base_models_distribution():
+  # Without a pad token (-1 fills the outputs) and with two stop ids
+  # beside eos: the outputs that end at them are cut as ancestral
+  # sampling cuts them.
+  model = tiny_model('independent', pad_id=-1, stop_ids=(0, 4))
+  for index, sampler in enumerate(SAMPLERS):
+    result = sample_many(model, sampler, 3, key=index)
+    samples = outcomes(result)
+    assert any(s[-1] in (0, 4) and len(s) < MAX_LEN for s in samples)
+    tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+    assert (tokens[np.arange(MAX_LEN) >= lengths[:, None]] == -1).all()
+    p_value = chi_square_p_value(samples, exact_distribution(model, sampler))
+    assert p_value > ALPHA, (sampler, p_value)
+    assert float(result.mean_block_size) > 1.05, sampler
 
 
 def test_a_wrong_acceptance_rule_fails_the_same_test(monkeypatch):

@@ -254,6 +254,46 @@ def test_a_decoder_only_model_learns_the_target_after_its_prompt():
       loss(model, batch, 0, 1)[0])
 
 
+@pytest.mark.parametrize('encoder_layers,head_layer,options', [
+    (2, 'independent', {}),
+    (0, 'sequential', dict(position_fraction=0.5)),
+    (0, 'autoregressive', dict(head_targets='base'))])
+def test_padding_with_minus_one_gives_the_losses_of_masked_0(
+    encoder_layers, head_layer, options):
+  """pad_id=-1 (no vocabulary id pads): the loss, the per-head sums and
+  the gradient are those of the same weights padded with 0, and finite."""
+  def model_padded_with(pad_id):
+    return Transformer(TransformerConfig.from_size(
+        'tiny', vocab_size=12, num_encoder_layers=encoder_layers,
+        num_proposal_heads=3, head_layer=head_layer, pad_id=pad_id),
+                       rngs=nnx.Rngs(0))
+
+  def value_and_grad(model, batch):
+    return nnx.value_and_grad(lambda m: heads_loss(
+        m, batch, first=0, count=3, label_smoothing=0.1, random_head=False,
+        dropout_key=None, head_key=jax.random.key(0), **options),
+                              has_aux=True)(model)
+
+  _, batch = setup()
+  (loss_0, metrics_0), grads_0 = value_and_grad(model_padded_with(0), batch)
+  minus = jax.tree.map(lambda x: jnp.where(x == 0, -1, x), batch)
+  (loss_1, metrics_1), grads_1 = value_and_grad(model_padded_with(-1), minus)
+  assert np.isfinite(float(loss_1))
+  np.testing.assert_allclose(loss_1, loss_0, rtol=1e-6)
+  jax.tree.map(np.testing.assert_array_equal, metrics_1, metrics_0)
+  for g1, g0 in zip(jax.tree.leaves(grads_1), jax.tree.leaves(grads_0)):
+    assert np.isfinite(np.asarray(g1)).all()
+    np.testing.assert_allclose(g1, g0, rtol=1e-5, atol=1e-7)
+
+
+def test_token_losses_of_minus_one_labels_are_finite():
+  logits = jnp.array([[0.0, 1.0, 2.0], [3.0, 0.0, -1.0]])
+  token_losses = losses.token_losses(logits, jnp.array([-1, 2]), 0.1)
+  assert np.isfinite(np.asarray(token_losses)).all()
+  np.testing.assert_allclose(
+      token_losses[1], losses.token_losses(logits, jnp.array([0, 2]), 0.1)[1])
+
+
 def test_base_targets_are_the_base_models_own_distribution():
   """head_targets='base': head h at position t learns softmax of the
   base's logits at t + h - 1 (no smoothing), its accuracy still counts the

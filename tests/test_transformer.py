@@ -11,6 +11,7 @@ from bpd_jax.infra import ops
 from bpd_jax.models import ImagePositions, Transformer, TransformerConfig
 from bpd_jax.models import norms
 from bpd_jax.models import RopeScaling
+from bpd_jax.models.transformer import embedding_rows
 
 import llama_like
 
@@ -205,6 +206,23 @@ def test_source_padding_is_ignored():
   short = model(jnp.asarray([[5, 6, 1]]), tokens)
   padded = model(jnp.asarray([[5, 6, 1, 0, 0]]), tokens)
   np.testing.assert_allclose(short, padded, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('architecture', ['paper', 'llama'])
+def test_source_padding_of_minus_one_is_ignored(architecture):
+  # No vocabulary id pads (pad_id=-1): -1 reads embedding row 0 (not the
+  # last row, as a lookup would wrap it), and the encoder masks it; every
+  # id, 0 included, is a token.
+  model = Transformer(TransformerConfig(**{
+      **TINY, **llama_like.ARCHITECTURES[architecture], 'pad_id': -1}),
+                      rngs=nnx.Rngs(0))
+  np.testing.assert_array_equal(embedding_rows(jnp.array([-1, 0, 10])),
+                                [0, 0, 10])
+  tokens = jnp.asarray([[2, 0, 9]])
+  short = model(jnp.asarray([[5, 0, 1]]), tokens)
+  padded = model(jnp.asarray([[5, 0, 1, -1, -1]]), tokens)
+  np.testing.assert_allclose(short, padded, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(short, model(jnp.asarray([[5, 0, 1, 0, 0]]), tokens))
 
 
 def test_shared_and_tied_embeddings_are_single_tables():

@@ -51,7 +51,8 @@ class BlockwiseState:
   Attributes:
     tokens: [batch, max_len + k] generated tokens, pad_id past each length.
     lengths: [batch] tokens generated (accepted) so far.
-    done: [batch] bool, the example has produced eos_id or max_len tokens.
+    done: [batch] bool, the example has produced an end id (eos_id or a
+      stop id) or max_len tokens.
     block: the next call's draft: [batch, k], block[:, 0] the last
       accepted token (tokens[:, lengths - 1]), block[:, 1:] the proposals
       after it; or, verifying several drafts, a `tree.TreeBlock` (its root
@@ -93,6 +94,7 @@ def verify(criterion: criteria_lib.Criterion, proposals: jax.Array,
 def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      prompt_lengths: jax.Array, *, k: int, max_len: int,
                      eos_id: int, pad_id: int,
+                     stop_ids: tuple[int, ...] = (),
                      criterion: criteria_lib.Criterion = criteria_lib.Exact(),
                      min_block: int = 1,
                      iterations: jax.Array | None = None,
@@ -119,7 +121,10 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       reproduces.
     max_len: most tokens to generate per example, >= 1.
     eos_id: end-of-sequence id (kept in the output).
-    pad_id: filler past each example's end.
+    pad_id: filler past each example's end (-1 where no vocabulary id
+      pads).
+    stop_ids: further ids that end an example as eos_id does (kept in the
+      output), a static tuple.
     criterion: verification criterion; Exact() reproduces greedy decoding.
     min_block: l, the fewest tokens a call appends (1 <= l <= k); l > 1
       accepts the first l - 1 proposals unverified (one draft only).
@@ -141,7 +146,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   elif k > 1 and tree is not None and not tree.is_chain:
     propose = functools.partial(_tree_drafts, tree)
   propose = functools.partial(propose, fns, k=k)
-  ids = dict(k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+  ids = dict(k=k, max_len=max_len, end_ids=(eos_id, *stop_ids),
+             pad_id=pad_id)
   state = start(fns, cache, prompt, prompt_lengths, prompt_lib.argmax,
                 propose, **ids)
   if isinstance(state.block, tree_lib.TreeBlock):
@@ -158,7 +164,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
 
 def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
           prompt_lengths: jax.Array, choose, propose, *, k: int,
-          max_len: int, eos_id: int, pad_id: int) -> BlockwiseState:
+          max_len: int, end_ids: tuple[int, ...],
+          pad_id: int) -> BlockwiseState:
   """The first call: the prompt pass, its token and the first draft.
 
   Shared by every loop (argmax and sampled): it yields the first token
@@ -172,7 +179,8 @@ def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     propose: (cache, features [batch, P, ...], next_tokens [batch, P],
       start [batch], last [batch], tokens, lengths) -> (the first draft,
       cache); see `_plain_draft`.
-    k, max_len, eos_id, pad_id: as `blockwise_decode`'s.
+    k, max_len, pad_id: as `blockwise_decode`'s.
+    end_ids: eos_id and the stop ids: the tokens that end an example.
   """
   batch = prompt.shape[0]
   features, cache = prompt_lib.prefill_all(fns, cache, prompt,
@@ -188,7 +196,8 @@ def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       jnp.zeros_like(prompt_lengths), prompt_lengths - 1, tokens, lengths)
   return BlockwiseState(
       tokens=tokens, lengths=lengths,
-      done=(first == eos_id) | (max_len == 1), block=block, cache=cache,
+      done=prompt_lib.ends(first, end_ids) | (max_len == 1), block=block,
+      cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
 
@@ -292,7 +301,7 @@ def _ranked(logits: jax.Array, rank: int) -> jax.Array:
 
 
 def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
-                    k, max_len, eos_id, pad_id, criterion,
+                    k, max_len, end_ids, pad_id, criterion,
                     min_block) -> BlockwiseState:
   """One call: score the draft, accept the longest acceptable prefix,
   propose the next draft."""
@@ -308,11 +317,11 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
                       min_block - 1, scored[:, :-1])
   return _accept(propose, state, state.block, accepted,
                  ops.take_at(scored, accepted), features, cache, start,
-                 k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+                 k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
 
 
 def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
-               max_len, eos_id, pad_id, criterion) -> BlockwiseState:
+               max_len, end_ids, pad_id, criterion) -> BlockwiseState:
   """One call: score every node of the tree, accept the deepest accepted
   node's path, move its cache entries into place, propose the next tree."""
   tree = state.block
@@ -327,11 +336,11 @@ def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
   rows = jnp.arange(path.shape[0])[:, None]
   return _accept(propose, state, tree.tokens[rows, path], accepted,
                  ops.take_at(scored, best), features[rows, path], cache,
-                 start, k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+                 start, k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
 
 
 def _accept(propose, state, block, accepted, token, features, cache,
-            start, *, k, max_len, eos_id, pad_id) -> BlockwiseState:
+            start, *, k, max_len, end_ids, pad_id) -> BlockwiseState:
   """Appends a verified draft's accepted prefix and the scoring model's
   token after it, and proposes the next draft.
 
@@ -345,7 +354,7 @@ def _accept(propose, state, block, accepted, token, features, cache,
   # The accepted proposals, then the scoring model's token after them.
   next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = append_accepted(
-      state, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      state, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
       pad_id=pad_id)
   # Combined scoring and proposal: the next drafts come from this call's
   # outputs at the last accepted position.
@@ -355,7 +364,7 @@ def _accept(propose, state, block, accepted, token, features, cache,
 
 
 def append_accepted(state: BlockwiseState, appended, accepted, *, k,
-                    max_len, eos_id, pad_id):
+                    max_len, end_ids, pad_id):
   """Writes the accepted proposals and the scoring model's token after them.
 
   Args:
@@ -364,14 +373,15 @@ def append_accepted(state: BlockwiseState, appended, accepted, *, k,
       (`prompt.block_next_tokens`): the accepted proposals, then the
       scoring model's token; the first accepted + 1 are written.
     accepted: [batch] proposals accepted.
+    k, max_len, pad_id: as `blockwise_decode`'s; end_ids as `start`'s.
 
   Returns:
     (tokens, lengths, done, count [batch] tokens appended).
   """
   position = jnp.arange(k)
   count = accepted + 1
-  is_eos = (appended == eos_id) & (position < count[:, None])
-  count = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, count)
+  is_end = prompt_lib.ends(appended, end_ids) & (position < count[:, None])
+  count = jnp.where(is_end.any(axis=1), jnp.argmax(is_end, axis=1) + 1, count)
   live = ~state.done
   count = jnp.where(live, jnp.minimum(count, max_len - state.lengths),
                     0).astype(jnp.int32)
@@ -379,8 +389,8 @@ def append_accepted(state: BlockwiseState, appended, accepted, *, k,
       state.tokens, jnp.where(position < count[:, None], appended, pad_id),
       state.lengths)
   lengths = state.lengths + count
-  # An eos cut off by max_len still ends the example: it reached max_len.
-  done = state.done | is_eos.any(axis=1) | (lengths >= max_len)
+  # An end cut off by max_len still ends the example: it reached max_len.
+  done = state.done | is_end.any(axis=1) | (lengths >= max_len)
   return tokens, lengths, done, count
 
 

@@ -91,6 +91,14 @@ def run_loop(step, state, iterations: jax.Array | int | None = None):
   return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
 
 
+def ends(tokens: jax.Array, end_ids: tuple[int, ...]) -> jax.Array:
+  """[...] bool: which tokens end a sequence, one of the static `end_ids`
+  (eos_id, then the model's further stop ids)."""
+  if len(end_ids) == 1:
+    return tokens == end_ids[0]
+  return jnp.isin(tokens, jnp.asarray(end_ids, tokens.dtype))
+
+
 def argmax(logits: jax.Array) -> jax.Array:
   """Greedy token ids: [..., vocab] -> [...] int32."""
   return ops.argmax(logits)

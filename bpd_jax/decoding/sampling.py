@@ -40,8 +40,8 @@ Two more facts complete the argument:
 
 - The first token of the next block, drawn from the residual or from p,
   follows the same rule.
-- Ending at eos or at max_len cuts the sequence as ancestral sampling
-  cuts it.
+- Ending at eos (or a stop id) or at max_len cuts the sequence as
+  ancestral sampling cuts it.
 
 Every head type the project has (independent and joint) proposes from
 the block's start features alone.
@@ -268,6 +268,7 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                             prompt: jax.Array, prompt_lengths: jax.Array, *,
                             k: int, sampler: Sampler, keys: jax.Array,
                             max_len: int, eos_id: int, pad_id: int,
+                            stop_ids: tuple[int, ...] = (),
                             criterion: criteria_lib.Criterion =
                             criteria_lib.Exact(),
                             iterations: jax.Array | None = None
@@ -280,7 +281,7 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
 
   Args:
     fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
-      iterations: as `blockwise.blockwise_decode`.
+      stop_ids, iterations: as `blockwise.blockwise_decode`.
     k: block size, >= 1 (1 is ancestral sampling).
     sampler: the warping (temperature > 0), of the base and the heads.
     keys: [batch] one key per example (`example_keys`).
@@ -290,6 +291,7 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
+  end_ids = (eos_id, *stop_ids)
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
@@ -297,10 +299,10 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
       lambda cache, features, next_tokens, start, last, tokens, lengths:
       _proposals(fns, sampler, criterion, cache, features, next_tokens,
                  start, last, draft_key, k),
-      k=k, max_len=max_len, eos_id=eos_id, pad_id=pad_id)
+      k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
   state = SamplingState(inner, keys, jnp.ones((), jnp.int32))
   step = functools.partial(_sampling_step, fns, prompt_lengths, sampler,
-                           criterion, k=k, max_len=max_len, eos_id=eos_id,
+                           criterion, k=k, max_len=max_len, end_ids=end_ids,
                            pad_id=pad_id)
   return blockwise_lib.result(
       prompt_lib.run_loop(step, state, iterations).inner, max_len)
@@ -361,7 +363,7 @@ def residual_log_probs(log_p, log_q) -> jax.Array:
 
 
 def _sampling_step(fns, prompt_lengths, sampler, criterion,
-                   state: SamplingState, *, k, max_len, eos_id,
+                   state: SamplingState, *, k, max_len, end_ids,
                    pad_id) -> SamplingState:
   """One call: score the block, accept by the rule, draw the token after
   the accepted proposals, draw the next block's proposals."""
@@ -400,7 +402,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
   token = _draw(token_key, after)
   next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = blockwise_lib.append_accepted(
-      inner, next_tokens, accepted, k=k, max_len=max_len, eos_id=eos_id,
+      inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
       pad_id=pad_id)
   next_block, cache = _proposals(
       fns, sampler, criterion, cache, features, next_tokens, start, accepted,

@@ -73,9 +73,10 @@ class DecodeResult:
   included. A call "appends" the tokens it adds to an example's output.
 
   Attributes:
-    tokens: [batch, max_len] generated tokens; pad_id after the end. An
-      example ends at its first eos_id (kept) or after max_len tokens.
-    lengths: [batch] generated tokens, eos_id included.
+    tokens: [batch, max_len] generated tokens; pad_id after the end (-1
+      where no vocabulary id pads). An example ends at its first end id,
+      eos_id or a stop id (kept), or after max_len tokens.
+    lengths: [batch] generated tokens, the end id included.
     model_calls: [batch] model calls made while the example was unfinished.
     block_sizes: [batch, k + 1] histogram: block_sizes[i, j] is the number
       of model calls that appended j tokens to example i (greedy decoding

@@ -72,9 +72,11 @@ def _negative_log_likelihood(model, prompts, continuations):
   hidden = model(None, losses.shift_right(tokens, config.bos_id))
   logits = model.next_token_logits(hidden)
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  picked = jnp.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
   mask = labels != config.pad_id
-  return -(picked * mask).sum(1), mask.sum(1)
+  # Padding labels (-1 where no vocabulary id pads) read logit 0, unused.
+  picked = jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None],
+                               -1)[..., 0]
+  return -jnp.where(mask, picked, 0.0).sum(1), mask.sum(1)
 
 
 def evaluate(model, task: lm_task.LMTask, split: str,

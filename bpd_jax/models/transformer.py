@@ -16,7 +16,10 @@ Decoder self-attention is causal over every earlier position, or local
 the sequence length, as generating a 32x32x3 image (3,072 positions) needs.
 
 Token ids are shared by source and target: `pad_id` pads, `eos_id` ends a
-sequence, `bos_id` starts the decoder input of the encoder-decoder.
+sequence, `bos_id` starts the decoder input of the encoder-decoder. A
+pad_id of -1 (a checkpoint without a pad token) is no vocabulary id: every
+lookup reads it as row 0 (`embedding_rows`), and no real position attends
+to a padded one, so what it reads there is never seen.
 Position encodings (sinusoidal, learned, image raster codes) are in
 models/positions.py, rotary positions in models/rotary.py; the architecture
 (TransformerConfig) in models/transformer_config.py, the layers in
@@ -170,7 +173,7 @@ class Transformer(nnx.Module):
     table = self.target_embed
     if source and not config.share_embeddings:
       table = self.source_embed
-    x = table(tokens) * config.embedding_scale
+    x = table(embedding_rows(tokens)) * config.embedding_scale
     # Position codes in at least float32: a 16-bit float does not hold the
     # positions past 256 (bfloat16) or 2048 (float16) exactly.
     wide = jnp.promote_types(x.dtype, jnp.float32)
@@ -184,9 +187,9 @@ class Transformer(nnx.Module):
                                          config.d_model, wide).astype(x.dtype)
       x = x + self.channel_embed(positions % image.channels)
       if image.source_skip and not source:
-        x = x + self.skip_embed(jnp.take_along_axis(
+        x = x + self.skip_embed(embedding_rows(jnp.take_along_axis(
             source_tokens, positions_lib.source_under(positions, image),
-            axis=1))
+            axis=1)))
     elif config.positions == 'sinusoidal':
       x = x + positions_lib.sinusoidal(positions, config.d_model,
                                        wide).astype(x.dtype)
@@ -242,7 +245,8 @@ class Transformer(nnx.Module):
   def token_embedding(self, tokens: jax.Array) -> jax.Array:
     """[...] target tokens -> [..., d_model], scaled as the decoder's
     input embedding, without positions (what sequential heads read)."""
-    return self.target_embed(tokens) * self.config.embedding_scale
+    return (self.target_embed(embedding_rows(tokens))
+            * self.config.embedding_scale)
 
   def logits(self, states: jax.Array) -> jax.Array:
     """The shared vocabulary projection: [..., d_model] -> [..., vocab],
@@ -345,7 +349,7 @@ class Transformer(nnx.Module):
     """
     if weights is None:
       weights = self.decoding_weights(k)
-    embed = lambda tokens: weights.embed[tokens]
+    embed = lambda tokens: weights.embed[embedding_rows(tokens)]
     project = lambda state: _vocab_logits(state, weights.vocab)
     token = ops.take_at(next_tokens, last)
     proposals, logits = [], []
@@ -569,6 +573,18 @@ class Transformer(nnx.Module):
     if self.config.pre_norm:
       x = self.decoder_norm(x)
     return jnp.concatenate([x, *lower], axis=-1) if lower else x, layer_caches
+
+
+def embedding_rows(tokens: jax.Array) -> jax.Array:
+  """The embedding rows of token ids [...]: the ids, with padding -1
+  (pad_id=-1) read as row 0.
+
+  A table lookup would wrap -1 to the last row (numpy's negative indices);
+  clamping says what is read. Padding is never attended to by a real
+  position, nor learned (its labels are masked), so the row read there is
+  never seen; every id >= 0 reads its own row, as before.
+  """
+  return jnp.maximum(tokens, 0)
 
 
 def _vocab_logits(states: jax.Array, vocab: jax.Array) -> jax.Array:

@@ -47,7 +47,8 @@ def token_losses(logits: jax.Array, labels: jax.Array,
 
   Args:
     logits: [..., vocab].
-    labels: [...] token ids.
+    labels: [...] token ids; padding -1 (pad_id=-1) gives a finite loss
+      the caller masks.
     label_smoothing: eps; the target is (1 - eps) one_hot + eps / vocab.
 
   Returns:
@@ -56,7 +57,11 @@ def token_losses(logits: jax.Array, labels: jax.Array,
     heads the targets and their gradient were the largest tensors a step).
   """
   logits = logits.astype(jnp.float32)
-  label_logits = jnp.take_along_axis(logits, labels[..., None], -1)[..., 0]
+  # A -1 label would wrap to the last logit; clamped, it reads logit 0.
+  # Either is finite, so the caller's mask (times 0) zeroes its loss and
+  # its gradient; a NaN there would not be zeroed.
+  label_logits = jnp.take_along_axis(logits, jnp.maximum(labels, 0)[..., None],
+                                     -1)[..., 0]
   return (jax.nn.logsumexp(logits, -1) - (1.0 - label_smoothing) * label_logits
           - label_smoothing * logits.mean(-1))
 
@@ -266,8 +271,9 @@ def decoder_only_sequence(source: jax.Array, target: jax.Array,
 
   Args:
     source: [batch, S] prompts, right-padded with pad_id (S may be 0).
-    target: [batch, T] continuations, right-padded.
-    pad_id: padding id (never a prompt token).
+    target: [batch, T] continuations, right-padded with pad_id.
+    pad_id: padding id (never a prompt token; -1 where no vocabulary id
+      pads).
 
   Returns:
     (tokens [batch, S + T]: prompt then continuation, pad after them;
