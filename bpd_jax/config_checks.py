@@ -25,8 +25,13 @@ def check(config) -> None:
   for section in SECTIONS:
     if section not in config:
       raise ValueError(f'the config has no {section!r} section.')
-  # The vocabulary size comes from the task; any valid value checks the rest.
-  model = factory.model_config_from(config, vocab_size=1024)
+  # The vocabulary size comes from the task; any valid value (one that
+  # holds an imported checkpoint's special ids) checks the rest.
+  ids = [config.model.get(name, 0) for name in ('pad_id', 'eos_id', 'bos_id')]
+  ids += list(config.model.get('stop_ids', ()))
+  largest = max((i for i in ids if numeric.is_integer(i)), default=0)
+  model = factory.model_config_from(config,
+                                    vocab_size=max(1024, largest + 1))
   tasks.check(config)  # The task's own fields, and what it needs of others.
   _check_task_fits(config.task, model)
   train, ev = config.train, config.eval

@@ -17,8 +17,10 @@ work), the checkpoint to restore is looked for, the job's own checks run
 the workdir is locked for this job and the config compared with the run's
 (`workdir.py`), then the task is loaded and the model restored from
 WORKDIR's latest intact checkpoint or built with the config's random
-weights (`models/factory.py`). The training job asks for neither (it
-builds both itself).
+weights (`models/factory.py`); a run that starts from an imported
+checkpoint (train.init_from, configs/hf_heads.py) and has no checkpoint
+yet reads that checkpoint's base with new heads. The training job asks for
+neither (it builds both itself).
 
 `run` reports every `errors.JobError` (and absl's UsageError, a bad flag, a
 --config file that gives no config, and a bad config override) as one line
@@ -48,6 +50,7 @@ from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
 from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import factory
+from bpd_jax.models import imports
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg); '
@@ -92,8 +95,10 @@ def load(config, workdir: str, init: str = 'checkpoint'):
   Args:
     config: a checked config.
     workdir: the run's directory: its vocabulary and checkpoints.
-    init: 'checkpoint' (the latest in WORKDIR/checkpoints) or 'random' (the
-      config's seeded random weights; a missing vocabulary is trained).
+    init: 'checkpoint' (the latest in WORKDIR/checkpoints; where there is
+      none, the base of an imported checkpoint train.init_from names, with
+      new heads) or 'random' (the config's seeded random weights; a
+      missing vocabulary is trained).
   """
   if init not in INITS:
     raise ValueError(f'init={init!r} is not one of {INITS}.')
@@ -108,7 +113,24 @@ def load(config, workdir: str, init: str = 'checkpoint'):
                             task.vocab)  # Before any weights are read.
   if init == 'random':
     return factory.random_model(config, vocab_size), task
+  if not _has_checkpoints(workdir) and _imported_base(config):
+    print(f'No checkpoint in {workdir} yet: the model is the base of '
+          f'train.init_from={config.train.init_from} with new, untrained '
+          f'heads.', flush=True)
+    return factory.warm_started_model(config, vocab_size), task
   return factory.restore_model(config, workdir, vocab_size), task
+
+
+def _has_checkpoints(workdir: str) -> bool:
+  return os.path.isdir(os.path.join(workdir, 'checkpoints'))
+
+
+def _imported_base(config) -> bool:
+  """Whether train.init_from names an imported checkpoint (a Hugging Face
+  folder), whose base a job reads where the run has no checkpoint yet
+  (configs/hf_heads.py: the distill job continues prompts with it)."""
+  return bool(config.train.init_from) and imports.is_checkpoint(
+      config.train.init_from)
 
 
 def setup(argv, *, init: str | None = None,
@@ -144,8 +166,8 @@ def setup(argv, *, init: str | None = None,
     raise
   except ValueError as error:
     raise errors.ConfigError(str(error)) from error
-  if init == 'checkpoint' and not os.path.isdir(
-      os.path.join(workdir, 'checkpoints')):
+  if init == 'checkpoint' and not _has_checkpoints(workdir) and (
+      not _imported_base(config)):
     raise errors.MissingFileError(
         f'no checkpoints in {workdir}: train first (python -m bpd_jax.main)'
         + (' or pass --init=random.' if random_hint else '.'))

@@ -1,7 +1,7 @@
 """The schema every experiment config shares, with its common defaults.
 
 The experiment configs (demo, multi30k, wmt14_base, sr_demo, celeba_sr,
-lm_demo, tfds_lm, gpt2_heads) start from `get_config()` and set what their experiment needs, each field
+lm_demo, tfds_lm, hf_heads) start from `get_config()` and set what their experiment needs, each field
 they set commented where they set it; a field they leave keeps the value
 and the comment given here. The fields of one task (its `task` section
 beyond name and max lengths), of image models and of the draft job are set

@@ -26,9 +26,11 @@ from bpd_jax import jobs
 
 from train_configs import ROOT
 
-# A config option that is a folder read when the config is built: the
-# committed tiny checkpoint stands in for the docs' placeholder.
-READ_AT_BUILD = {'configs/gpt2_heads.py': ('gpt2', 'tests/data/tiny_gpt2')}
+# Config options that name a folder or file read when the config is built:
+# committed files stand in for the docs' placeholders (a tiny checkpoint;
+# a folder of text for any data).
+READ_AT_BUILD = {'configs/hf_heads.py': (('model', 'tests/data/tiny_llama3'),
+                                         ('data', 'tests/data/tiny_llama3'))}
 SEPARATORS = ('&&', '||', ';', '|')
 SWEEP = 'launch/sweep.py'  # Its config options and fields are checked too.
 # A line that is a command (not a file tree or prose that names one): it
@@ -148,8 +150,7 @@ def config_of(value: str):
   """(the config of FILE[:OPTIONS], None), or (None, the one line a job
   prints for it: `jobs._load_config_file`'s)."""
   path, colon, options = value.partition(':')
-  if path in READ_AT_BUILD:
-    option, stand_in = READ_AT_BUILD[path]
+  for option, stand_in in READ_AT_BUILD.get(path, ()):
     options = re.sub(rf'(^|,){option}=[^,]*',
                      rf'\g<1>{option}={os.path.join(ROOT, stand_in)}',
                      options)

@@ -85,6 +85,26 @@ def test_setup_stops_before_any_work(given_flags):
     jobs.setup(['job'])
 
 
+def test_a_run_from_an_imported_model_reads_its_base_before_any_checkpoint(
+    tmp_path, monkeypatch, capsys):
+  # What the distill job reads to continue prompts (configs/hf_heads.py).
+  folder = os.path.join(ROOT, 'tests', 'data', 'tiny_gpt2')
+  code = tmp_path / 'code'
+  code.mkdir()
+  (code / 'a.py').write_text('def f(x):\n    return x + 1\n' * 20)
+  config = load_config('hf_heads', f'model={folder},data={code},k=2')
+  monkeypatch.setattr(jobs, 'CONFIG', types.SimpleNamespace(value=config))
+  monkeypatch.setattr(jobs, 'WORKDIR', types.SimpleNamespace(
+      value=str(tmp_path / 'run')))
+  job = jobs.setup(['job'], init='checkpoint')
+  assert job.model.config.eos_id == job.task.vocab.eos_id == 383
+  assert 'No checkpoint in' in capsys.readouterr().out
+  # A run to start from is no imported model: a checkpoint is needed.
+  config.train.init_from = str(tmp_path / 'another_run')
+  with pytest.raises(errors.MissingFileError, match='no checkpoints in'):
+    jobs.setup(['job'], init='checkpoint')
+
+
 def user_error_cases(tmp_path):
   """(name, command, stderr pattern, exit status), each fault injected.
 
@@ -169,9 +189,9 @@ def user_error_cases(tmp_path):
       # ml_collections holds back an OSError of get_config until the config
       # is read.
       ('a folder the config reads is missing',
-       ['main', f'--config=configs/gpt2_heads.py:gpt2={tmp_path}/none',
+       ['main', f'--config=configs/hf_heads.py:model={tmp_path}/none',
         f'--workdir={tmp_path}/w15'],
-       r'gpt2=.*/none: GPT-2 checkpoint directory .*/none not found', 2),
+       r'model=.*/none: checkpoint folder .*/none not found', 2),
       ('mesh beyond the devices', ['main', demo, f'--workdir={tmp_path}/w14',
                                    '--config.mesh.shape=(4096,)'],
        r'mesh\.shape=\(4096,\) needs 4096 devices; there are \d+\.', 2),
@@ -209,15 +229,16 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
      "of ('joint', 'independent', 'sequential', 'autoregressive')."),
     ('configs/multi30k.py:k=abc', "unknown config option 'k'; options: base, "
      'data_dir,'),
-    ('configs/gpt2_heads.py:k=abc', "config option k='abc' is not of type "
+    ('configs/hf_heads.py:k=abc', "config option k='abc' is not of type "
      'int.'),
     ('configs/celeba_sr.py:k=0', 'config option k=0 must be >= 1.'),
     ('configs/base.py:quick', 'its get_config takes no options after a '
      'colon.'),
     ('configs', 'a directory, not a config file.'),
     ('configs/../README.md', 'not a Python config file'),
-    ('configs/gpt2_heads.py:gpt2=/none', 'GPT-2 checkpoint directory /none '
-     'not found'),
+    ('configs/hf_heads.py:model=/none', 'checkpoint folder /none not found'),
+    ('configs/hf_heads.py:model=tests', 'tests/config.json not found: a '
+     'Hugging Face model folder holds it'),
 ])
 def test_config_file_errors_name_the_file_and_the_option(value, message):
   value = os.path.join(ROOT, value)

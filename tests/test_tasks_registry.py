@@ -11,6 +11,7 @@ def test_every_task_is_registered_with_its_kind():
   assert kinds == {'embedded': 'text', 'parallel_text': 'text',
                    'tfds_translation': 'text', 'embedded_images': 'image',
                    'tfds_images': 'image', 'python_source': 'lm',
+                   'text_files': 'lm', 'jsonl_prompts': 'lm',
                    'tfds_lm': 'lm'}
   with pytest.raises(ValueError, match=r"task.name='wmt' is not one of "
                      r"\('embedded', 'parallel_text'"):

@@ -13,6 +13,8 @@ import pytest
 import tokenizers
 
 from bpd_jax.infra import errors
+from bpd_jax.models import factory
+from bpd_jax.models import imports
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.text import hf_vocab
 from bpd_jax.tasks.text import vocab as vocab_lib
@@ -83,6 +85,16 @@ def test_special_ids_come_from_the_folder(name, bos, eos, stops, pad, size,
   assert vocab.vocab_size == size
   tokenizer = library(name)
   assert {tokenizer.token_to_id(t) for t in tokens} == {bos, eos, *stops}
+
+
+@pytest.mark.parametrize('name', FOLDERS + ['tiny_gpt2'])
+def test_the_ids_are_those_the_importer_gives_the_model(name):
+  folder = os.path.join(DATA, name)
+  vocab = hf_vocab.HFVocabulary(folder)
+  config = imports.config_from(folder)
+  assert [getattr(vocab, n) for n in factory.SPECIAL_IDS] == [
+      getattr(config, n) for n in factory.SPECIAL_IDS]
+  assert vocab.vocab_size == config.vocab_size
 
 
 def test_gpt2s_ids_are_those_of_transformers_gpt2_tokenizer():

@@ -1,12 +1,16 @@
 """Config -> model: the architecture of a config, random or restored.
 
-The training job builds its model from `model_config_from`; the evaluation,
-bench, draft and distillation jobs (through `bpd_jax/jobs.py`) take the
-latest checkpoint of a run (`restore_model`) or the config's seeded random
-weights (`random_model`). The vocabulary size comes from the task, which
+The training job builds its model from `model_config_from`, its base from
+another run or an imported checkpoint where train.init_from names one
+(`warm_start`); the evaluation, bench, draft and distillation jobs
+(through `bpd_jax/jobs.py`) take the latest checkpoint of a run
+(`restore_model`), the imported base of a run that has none yet
+(`warm_started_model`), or the config's seeded random weights
+(`random_model`). The vocabulary size comes from the task, which
 the caller loads: nothing here reads data.
 """
 
+import dataclasses
 import os
 
 import jax
@@ -15,7 +19,7 @@ from flax import nnx
 
 from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
-from bpd_jax.models import gpt2
+from bpd_jax.models import imports
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.rotary import RopeScaling
 from bpd_jax.models.transformer import Transformer, TransformerConfig
@@ -79,6 +83,16 @@ def restore_model(config, workdir: str, vocab_size: int) -> Transformer:
   return nnx.merge(graphdef, params)
 
 
+# The fields of a model that a run chooses for itself (its heads, their
+# dropout, dtypes, input width); every other field is the architecture of
+# the base, which an imported checkpoint fixes.
+RUN_FIELDS = ('num_proposal_heads', 'head_layer', 'head_hidden',
+              'head1_from_base', 'draft_source', 'draft_feature_layers',
+              'dropout_rate', 'dtype', 'param_dtype', 'max_source_len')
+ARCHITECTURE = tuple(field.name for field in dataclasses.fields(
+    TransformerConfig) if field.name not in RUN_FIELDS)
+
+
 def warm_start(params: nnx.State, model_config: TransformerConfig,
                directory: str, read_unverified: bool = False) -> nnx.State:
   """`params` with the base of another model; the heads keep theirs.
@@ -86,50 +100,49 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
   Args:
     params: the run's freshly initialised parameters.
     model_config: the run's architecture.
-    directory: a run's workdir (its latest checkpoint), or a pretrained
-      GPT-2 folder (config.json and model.safetensors, models/gpt2.py).
+    directory: a run's workdir (its latest checkpoint), or a Hugging Face
+      model folder of a family models/imports reads (Llama, Mistral,
+      Qwen2, GPT-2, ...), whose architecture must be the run's.
     read_unverified: as in `params_from_checkpoint`.
 
   Raises:
     errors.MissingFileError, errors.CheckpointError: as
-      `params_from_checkpoint`, or the GPT-2 folder's files are missing.
+      `params_from_checkpoint`, or the folder's files are missing.
+    errors.DataError: a broken checkpoint folder (models/imports).
     errors.ConfigError: the other model's architecture is not the run's.
   """
-  if not gpt2.is_checkpoint(directory):
+  if not imports.is_checkpoint(directory):
     return params_from_checkpoint(
         params, os.path.join(directory, 'checkpoints'), heads=False,
         read_unverified=read_unverified)
-  pretrained = gpt2.load_gpt2(
-      directory, num_proposal_heads=model_config.num_proposal_heads,
-      head_layer=model_config.head_layer,
-      head_hidden=model_config.head_hidden,
-      draft_feature_layers=model_config.draft_feature_layers,
-      dtype=model_config.dtype,
-      param_dtype=model_config.param_dtype)
+  pretrained = imports.load_model(
+      directory, **{name: getattr(model_config, name) for name in RUN_FIELDS})
   differ = [f'{name}={getattr(model_config, name)!r} (the checkpoint: '
             f'{getattr(pretrained.config, name)!r})'
-            for name in _ARCHITECTURE
+            for name in ARCHITECTURE
             if getattr(model_config, name) != getattr(pretrained.config, name)]
   if differ:
     raise errors.ConfigError(
-        f'the GPT-2 in {directory} is another architecture than the model '
-        f'section: {", ".join(differ)}. configs/gpt2_heads.py sets the '
-        f'model from its config.json.')
+        f'the checkpoint in {directory} is another architecture than the '
+        f'model section: {", ".join(differ)}. configs/hf_heads.py sets the '
+        f'model section from its config files.')
   # The same architecture and heads: the same structure, leaf for leaf.
   take_base = lambda path, own, theirs: own if _is_head(path) else theirs
   return jax.tree_util.tree_map_with_path(take_base, params,
                                           nnx.state(pretrained, nnx.Param))
 
 
-# The fields of a model's base a pretrained checkpoint must share with the
-# run (the proposal heads' fields are the run's own).
-_ARCHITECTURE = ('vocab_size', 'd_model', 'd_ff', 'num_heads',
-                 'num_kv_heads', 'head_dim', 'num_encoder_layers',
-                 'num_decoder_layers', 'pre_norm', 'norm', 'feed_forward',
-                 'positions', 'rope_theta', 'rope_scaling', 'max_target_len',
-                 'share_embeddings', 'tie_output', 'activation',
-                 'layer_norm_epsilon', 'qkv_bias', 'out_bias', 'ffn_bias',
-                 'scale_embeddings', 'pad_id', 'eos_id', 'bos_id')
+def warm_started_model(config, vocab_size: int) -> Transformer:
+  """The config's model with train.init_from's base and new heads of the
+  config's seed: what a job reads of a run that has no checkpoint yet but
+  starts from an imported model (the distill job continuing prompts with
+  it, before any head is trained)."""
+  model_config = model_config_from(config, vocab_size)
+  graphdef, params = nnx.split(Transformer(model_config,
+                                           rngs=nnx.Rngs(config.seed)))
+  return nnx.merge(graphdef, warm_start(params, model_config,
+                                        config.train.init_from,
+                                        config.train.read_unverified))
 
 
 def params_from_checkpoint(params: nnx.State, directory: str, heads: bool,

@@ -16,6 +16,10 @@ task section it reads:
                              TFDS image dataset (CelebA).
   'python_source'     lm     lm/python_source.py: a code language model on
                              the Python standard library (no download).
+  'text_files'        lm     lm/text_files.py: language modelling on a
+                             folder of text or code files.
+  'jsonl_prompts'     lm     lm/jsonl_prompts.py: prompts from a JSONL
+                             file, continued by the model itself.
   'tfds_lm'           lm     lm/tfds_lm.py: language modelling,
                              summarisation or question answering on a TFDS
                              dataset (LM1B, CNN/DailyMail, XSum, SQuAD).
@@ -44,7 +48,9 @@ from bpd_jax.infra import errors
 from bpd_jax.tasks.checks import at_least, eval_split
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
+from bpd_jax.tasks.lm import jsonl_prompts
 from bpd_jax.tasks.lm import python_source
+from bpd_jax.tasks.lm import text_files
 from bpd_jax.tasks.lm import tfds_lm
 from bpd_jax.tasks.spec import Task, TaskSpec, TextualTask
 from bpd_jax.tasks.text import embedded
@@ -54,7 +60,7 @@ from bpd_jax.tasks.text import tfds_translation
 _SPECS = {spec.name: spec for spec in (
     embedded.SPEC, parallel_text.SPEC, tfds_translation.SPEC,
     embedded_photos.SPEC, tfds_images.SPEC, python_source.SPEC,
-    tfds_lm.SPEC)}
+    text_files.SPEC, jsonl_prompts.SPEC, tfds_lm.SPEC)}
 NAMES = tuple(_SPECS)
 
 __all__ = ['NAMES', 'Task', 'TaskSpec', 'TextualTask', 'check',

@@ -39,7 +39,8 @@ class TrainBatches:
     examples: encoded (source, target) pairs, each ending with eos.
     batch_size: global batch size (all processes together).
     max_source_len: source padding length; longer examples are dropped.
-    max_target_len: target padding length; longer examples are dropped.
+    max_target_len: target padding length; longer examples, and those
+      without a target token, are dropped.
     seed: shuffling seed.
     pad_id: the id rows are padded with (the task vocabulary's).
     process_index: this process's index (jax.process_index()).
@@ -66,13 +67,18 @@ class TrainBatches:
       source_lengths = np.array([len(s) for s, _ in self.examples])
       target_lengths = np.array([len(t) for _, t in self.examples])
     # Indices of the examples that fit, visited in a permutation per epoch.
-    self._kept = np.flatnonzero((source_lengths <= self.max_source_len)
-                                & (target_lengths <= self.max_target_len))
+    self._kept = np.flatnonzero(_trainable(
+        source_lengths, target_lengths, self.max_source_len,
+        self.max_target_len))
     self.dropped = len(self.examples) - len(self._kept)
     if not len(self._kept):
+      empty = int((target_lengths == 0).sum())
       raise ValueError(
           f'no training example fits max_source_len={self.max_source_len} '
-          f'and max_target_len={self.max_target_len}.')
+          f'and max_target_len={self.max_target_len} with a target to learn'
+          + (f' ({empty} of {len(self.examples)} have no target: prompts '
+             f'alone, which python -m bpd_jax.distill continues first)'
+             if empty else '') + '.')
     self._epoch, self._order = None, None
 
   @property
@@ -101,6 +107,14 @@ class TrainBatches:
                                 pad_id=self.pad_id),
                 target=pad_rows([t for _, t in rows], self.max_target_len,
                                 pad_id=self.pad_id))
+
+
+def _trainable(source_lengths: np.ndarray, target_lengths: np.ndarray,
+               max_source_len: int, max_target_len: int) -> np.ndarray:
+  """[examples] bool: the example fits the max lengths and has a target
+  token to learn."""
+  return ((source_lengths <= max_source_len)
+          & (target_lengths <= max_target_len) & (target_lengths > 0))
 
 
 def eval_batches(sources: Sequence[Sequence[int]], batch_size: int,
@@ -265,8 +279,8 @@ class BucketedBatches:
     else:
       source_lengths = np.array([len(s) for s, _ in examples], np.int64)
       target_lengths = np.array([len(t) for _, t in examples], np.int64)
-    fits = (source_lengths <= max_source_len) & (
-        target_lengths <= max_target_len)
+    fits = _trainable(source_lengths, target_lengths, max_source_len,
+                      max_target_len)
     bucket = np.searchsorted(boundaries,
                              np.maximum(source_lengths, target_lengths))
     bucket = np.where(fits, bucket, len(boundaries))  # Past the end: dropped.

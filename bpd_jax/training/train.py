@@ -76,7 +76,7 @@ def train_batches(config, task, data_devices: int, log=print):
         process_count=process_count, pad_id=task.vocab.pad_id)
   if data.dropped:
     log(f'{data.dropped} training pairs longer than the task\'s max lengths '
-        f'were left out.')
+        f'(or without a target) were left out.')
   return data
 
 
@@ -135,7 +135,13 @@ def train(config, workdir: str, log=print, evaluate=None):
   model_config = factory.model_config_from(config, task.vocab.vocab_size)
   factory.check_special_ids(model_config, task.vocab)
   phases = phases_lib.plan_phases(train_config, model_config)
-  data = train_batches(config, task, mesh.shape[config.mesh.data_axis], log)
+  try:
+    data = train_batches(config, task, mesh.shape[config.mesh.data_axis],
+                         log)
+  except errors.JobError:
+    raise
+  except ValueError as error:  # No training example to learn from.
+    raise errors.DataError(str(error)) from error
   graphdef, params = nnx.split(
       Transformer(model_config, rngs=nnx.Rngs(config.seed)))
   states = step_lib.TrainStates(phases, train_config, params,

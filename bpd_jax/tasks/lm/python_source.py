@@ -28,8 +28,8 @@ The task section's fields, besides name:
   max_target_len: tokens of an example (the training sequence length).
   root: a directory of Python source ('': the standard library's).
   train_files: read the first N training files by path (0: all).
-  vocab_type: 'sentencepiece' (default) or 'gpt2' (a pretrained GPT-2's
-    tokenizer, from the checkpoint folder vocab_path; tasks/lm/task.py
+  vocab_type: 'sentencepiece' (default) or 'hf' (the tokenizer of the
+    Hugging Face model folder vocab_path, with its ids; tasks/lm/task.py
     `lm_vocab`).
   vocab_size, vocab_path: the SentencePiece model: trained on the training
     files on the first run (WORKDIR/vocab.model) or an existing one.

@@ -30,6 +30,7 @@ from bpd_jax.infra import atomic_files
 from bpd_jax.infra import errors
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
+from bpd_jax.tasks.text import hf_vocab
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 
@@ -155,7 +156,7 @@ def has_eval_example(examples: collections.abc.Iterable[tuple],
              for prompt, continuation in examples)
 
 
-VOCAB_TYPES = ('sentencepiece', 'gpt2')
+VOCAB_TYPES = ('sentencepiece', 'hf')
 
 
 def lm_vocab(config, workdir: str, train_vocab: bool,
@@ -163,21 +164,21 @@ def lm_vocab(config, workdir: str, train_vocab: bool,
   """An LM task's vocabulary, by task.vocab_type.
 
   'sentencepiece' (the default): found or trained on `sentences()`
-  (`vocab.sentencepiece_vocab`, `options` its trainer options). 'gpt2': a
-  pretrained GPT-2's tokenizer from the checkpoint folder task.vocab_path
-  (vocab.json, merges.txt); sequences start with <|endoftext|>, eos 1, as
-  GPT-2's texts do (models/gpt2.py).
+  (`vocab.sentencepiece_vocab`, `options` its trainer options). 'hf': the
+  tokenizer of the Hugging Face model folder task.vocab_path
+  (tokenizer.json, text/hf_vocab.py), with that checkpoint's own ids: the
+  vocabulary of a model imported from there (configs/hf_heads.py).
   """
   vocab_type = config.get('vocab_type', 'sentencepiece')
   if vocab_type not in VOCAB_TYPES:
     raise ValueError(f'task.vocab_type={vocab_type!r} is not one of '
                      f'{VOCAB_TYPES}.')
-  if vocab_type == 'gpt2':
+  if vocab_type == 'hf':
     if not config.get('vocab_path'):
-      raise ValueError("task.vocab_type='gpt2' reads the tokenizer of a "
-                       'GPT-2 folder: set task.vocab_path to it.')
-    from bpd_jax.tasks.text import gpt2_vocab  # Only GPT-2 needs tokenizers.
-    return gpt2_vocab.GPT2Vocabulary(config.vocab_path)
+      raise ValueError("task.vocab_type='hf' reads the tokenizer of a "
+                       'Hugging Face model folder: set task.vocab_path to '
+                       'it.')
+    return hf_vocab.HFVocabulary(config.vocab_path)
   return vocab_lib.sentencepiece_vocab(config, workdir, train_vocab,
                                        sentences, **options)
 
@@ -202,6 +203,25 @@ def chunked(documents: collections.abc.Iterable[collections.abc.Sequence[int]],
       if len(piece) >= min_length:
         pieces.append(([], list(piece)))
   return batching.EncodedPairs.from_pairs(pieces)
+
+
+# Tasks whose data has no held-out split of its own (a folder of text, a
+# file of prompts) hold out one example in this many for evaluation.
+HOLD_OUT_EVERY = 20
+
+
+def hold_out(examples: batching.EncodedPairs
+             ) -> dict[str, batching.EncodedPairs]:
+  """{'train': examples, 'validation': held-out examples}: every
+  HOLD_OUT_EVERY-th one, or the first where there are fewer (so that
+  evaluation has one: a whole example, where the last is often a file's
+  short end), in order."""
+  count = len(examples)
+  held = set(range(HOLD_OUT_EVERY - 1, count, HOLD_OUT_EVERY)) or (
+      {0} if count else set())
+  return {split: batching.EncodedPairs.from_pairs(
+      examples[i] for i in range(count) if (i in held) == (split != 'train'))
+          for split in ('train', 'validation')}
 
 
 def check_model(config, train_prompt_len: int) -> None:

@@ -29,8 +29,8 @@ The 'tfds_lm' task's section, besides name:
   train_limit: read the first N training examples (0: all).
   vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
     trained on vocab_sample training examples (0: all), or an existing one;
-    vocab_type 'gpt2': a pretrained GPT-2's tokenizer, from the folder
-    vocab_path (tasks/lm/task.py `lm_vocab`).
+    vocab_type 'hf': the tokenizer of the Hugging Face model folder
+    vocab_path, with its ids (tasks/lm/task.py `lm_vocab`).
   mock_examples: 0, or N: TFDS mock data of N random examples a split.
 """
 

@@ -6,9 +6,9 @@
 
 tokenizer.json, read by the `tokenizers` library (Llama 3's and Qwen2's
 byte-level BPE, Llama 2's and TinyLlama's SentencePiece models as
-transformers converts them): the ids are the checkpoint's, unchanged (no
-reserved ids, unlike the project's own vocabularies and GPT2Vocabulary),
-so that prompts and outputs are those of transformers and its tokenizer.
+transformers converts them, GPT-2's): the ids are the checkpoint's,
+unchanged (no reserved ids, unlike the project's own vocabularies), so
+that prompts and outputs are those of transformers and its tokenizer.
 As there, a special token written in the text ("<|im_start|>") is encoded
 as that token.
 
