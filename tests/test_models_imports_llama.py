@@ -131,6 +131,8 @@ def test_overrides_and_sliding_window(tmp_path):
   assert imports.config_from(windowed).max_target_len == 32
   with pytest.raises(errors.ConfigError, match='sliding_window=32'):
     imports.config_from(windowed, max_target_len=64)
+  with pytest.raises(errors.ConfigError, match='max_position_embeddings=256'):
+    imports.config_from(folder('mistral'), max_target_len=257)
   # Qwen2 keeps its window off unless use_sliding_window.
   unused = _copy(tmp_path / 'q', 'qwen2', config={'sliding_window': 8})
   assert imports.config_from(unused).max_target_len == 256

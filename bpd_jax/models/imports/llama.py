@@ -115,6 +115,11 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
   if window is not None:
     positions = min(positions, window)
   if max_target_len is not None:
+    if max_target_len > _size(hf, 'max_position_embeddings', origin):
+      raise errors.ConfigError(
+          f'max_target_len={max_target_len} exceeds {origin}\'s '
+          f'max_position_embeddings='
+          f'{hf["max_position_embeddings"]}, the longest context it has.')
     if window is not None and max_target_len > window:
       raise errors.ConfigError(
           f'max_target_len={max_target_len} exceeds {origin}\'s '
