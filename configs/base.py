@@ -103,7 +103,17 @@ def get_config():
   mesh.shape = (-1,)  # Devices per mesh axis; -1: all the remaining ones.
   mesh.axes = ('data',)  # Mesh axis names.
   mesh.data_axis = 'data'  # The axis the batch is split along.
-  mesh.param_rules = ()  # (regex on param path, spec) pairs; none: replicated.
+  # How parameters (and the decoding cache) are split over the mesh
+  # (bpd_jax/infra/sharding.py): () replicated; 'tensor' Megatron-style
+  # over a 'model' axis (attention heads, feed-forward hidden units, the
+  # vocabulary; the cache by key/value head; a dimension that does not
+  # divide stays whole, said in one log line), e.g. mesh.shape=(2, 4),
+  # mesh.axes=('data', 'model'); 'fsdp' each parameter along its largest
+  # dimension over the 'data' axis; or (regex on the parameter's path,
+  # spec) pairs, e.g. (('.*/ffn/up/kernel', (None, 'model')),), a spec
+  # starting with ... naming the last dimensions. A field of any type
+  # (a name or pairs), so that both parse from the command line.
+  mesh.param_rules = ml_collections.FieldReference((), field_type=object)
 
   config.eval = ev = ml_collections.ConfigDict()
   ev.split = 'validation'  # Split decoded by evaluation.
