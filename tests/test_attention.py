@@ -215,3 +215,34 @@ def test_rotary_cache_holds_rotated_keys_and_extends_as_the_full_pass():
   unrotated = layer.qkv(x)[..., 32:48].reshape(2, 7, 2, 8)
   np.testing.assert_allclose(keys, rotate(unrotated, positions), rtol=1e-6)
   np.testing.assert_allclose(cache.key[:, :7], keys, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('heads,kv_heads,groups', [(8, 8, 4), (8, 2, 2),
+                                                   (4, 4, 4)])
+def test_grouped_heads_compute_the_same_outputs(heads, kv_heads, groups):
+  """q/k/v columns laid out a group of heads at a time (as the 'tensor'
+  sharding rules split them) give the same queries, keys, values and
+  outputs, bit for bit; grouping back restores the checkpoint's layout."""
+  layer = attention.SelfAttention(
+      16, heads, num_kv_heads=kv_heads, head_dim=4,
+      rotary=rotary.Rotary(4, 500.0), dtype=None, param_dtype=jnp.float32,
+      rngs=nnx.Rngs(0))
+  kernel, bias = layer.qkv.kernel[...], layer.qkv.bias[...]
+  x = jax.random.normal(jax.random.key(0), (2, 3, 16))
+  cache = attention.KVCache.zeros(2, 5, kv_heads, 4, jnp.float32)
+  start = jnp.array([0, 2])
+  before = (layer.project(x), layer.extend(x, cache, start))
+  layer.group_heads(groups)
+  assert not np.array_equal(layer.qkv.kernel[...], kernel)
+  # Group 0's columns: its queries, then its keys, then its values.
+  q, k = heads // groups * 4, kv_heads // groups * 4
+  np.testing.assert_array_equal(layer.qkv.kernel[...][:, :q], kernel[:, :q])
+  np.testing.assert_array_equal(layer.qkv.kernel[...][:, q:q + k],
+                                kernel[:, heads * 4:heads * 4 + k])
+  after = (layer.project(x), layer.extend(x, cache, start))
+  jax.tree.map(np.testing.assert_array_equal, after, before)
+  layer.group_heads(1)
+  np.testing.assert_array_equal(layer.qkv.kernel[...], kernel)
+  np.testing.assert_array_equal(layer.qkv.bias[...], bias)
+  with pytest.raises(ValueError, match='3 head groups do not divide'):
+    layer.group_heads(3)

@@ -27,6 +27,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from bpd_jax.infra import ops
@@ -169,15 +170,25 @@ class _Projections(nnx.Module):
     self.num_heads = num_heads
     self.num_kv_heads = num_kv_heads
     self.head_dim = head_dim
+    self.head_groups = 1  # See SelfAttention.group_heads.
 
   def _split_heads(self, x: jax.Array, *heads: int) -> list[jax.Array]:
     """[b, n, sum(heads) * head_dim] -> [b, n, h, head_dim] for each h of
-    `heads`, in order."""
+    `heads`, in order.
+
+    With head_groups g > 1 the columns come group by group, each group
+    1/g of every part's heads (`SelfAttention.group_heads`); the parts
+    come out in head order all the same.
+    """
+    groups = self.head_groups
+    if groups > 1:
+      x = x.reshape(x.shape[:-1] + (groups, x.shape[-1] // groups))
     parts, offset = [], 0
     for count in heads:
-      width = count * self.head_dim
+      width = count // groups * self.head_dim
       part = x[..., offset:offset + width]
-      parts.append(part.reshape(part.shape[:-1] + (count, self.head_dim)))
+      leading = part.shape[:-2] if groups > 1 else part.shape[:-1]
+      parts.append(part.reshape(leading + (count, self.head_dim)))
       offset += width
     return parts
 
@@ -191,7 +202,8 @@ class SelfAttention(_Projections):
   `qkv`'s kernel is [d_model, (num_heads + 2 * num_kv_heads) * head_dim]:
   the query columns, then the keys', then the values' (a Hugging Face
   checkpoint's q, k and v weights transposed and concatenated); `out`'s
-  is [num_heads * head_dim, d_model]. With a `rotary`, queries and keys
+  is [num_heads * head_dim, d_model] (`group_heads` may reorder the qkv
+  columns a group of heads at a time). With a `rotary`, queries and keys
   are rotated by their absolute positions before attending, and the cache
   holds the rotated keys.
   """
@@ -222,6 +234,34 @@ class SelfAttention(_Projections):
     self.out = nnx.Linear(num_heads * self.head_dim, d_model,
                           use_bias=out_bias, **linear)
     self.rotary = rotary
+
+  def group_heads(self, groups: int) -> None:
+    """Lays `qkv`'s columns out in `groups` groups of whole heads.
+
+    Group j holds the columns of query heads j * num_heads / groups ..
+    and of the key and value heads they read, so that `qkv` split into
+    `groups` equal column blocks gives each block whole heads of queries,
+    keys and values: what the 'tensor' sharding rules split over a
+    device mesh, each device then computing its own heads with no
+    exchange (the fused [queries | keys | values] columns split evenly
+    would cut across the three). The layer computes the same outputs.
+
+    Args:
+      groups: a divisor of num_kv_heads (1: the checkpoint's layout).
+    """
+    if self.num_kv_heads % groups:
+      raise ValueError(f'{groups} head groups do not divide the '
+                       f'{self.num_kv_heads} key/value heads.')
+    heads = (self.num_heads, self.num_kv_heads, self.head_dim)
+    # Column i holds the checkpoint's column now[i]; column j is to hold
+    # its column wanted[j], which sits at argsort(now)[wanted[j]].
+    now = grouped_columns(*heads, self.head_groups)
+    wanted = grouped_columns(*heads, groups)
+    order = np.argsort(now)[wanted]
+    self.qkv.kernel[...] = self.qkv.kernel[...][:, order]
+    if self.qkv.bias is not None:
+      self.qkv.bias[...] = self.qkv.bias[...][order]
+    self.head_groups = groups
 
   def project(self, x: jax.Array, positions: jax.Array | None = None
               ) -> list[jax.Array]:
@@ -379,6 +419,19 @@ class SelfAttention(_Projections):
                                      cache.value.astype(q.dtype),
                                      mask=mask[:, None])
     return self.out(self._merge_heads(y)), cache
+
+
+def grouped_columns(num_heads: int, num_kv_heads: int, head_dim: int,
+                    groups: int) -> np.ndarray:
+  """The fused [queries | keys | values] columns in `groups` groups: each
+  group's share of the query heads, then of the key heads, then of the
+  value heads (a permutation of the column indices)."""
+  parts, start = [], 0
+  for heads in (num_heads, num_kv_heads, num_kv_heads):
+    width = heads * head_dim
+    parts.append(start + np.arange(width).reshape(groups, width // groups))
+    start += width
+  return np.concatenate(parts, axis=1).reshape(-1)
 
 
 class CrossAttention(_Projections):
