@@ -27,8 +27,14 @@ naming the value and the limit.
 Every decode runs as one jitted function (model call, verification,
 acceptance and cache bookkeeping inside one `lax.while_loop`), compiled once
 per model structure and options and shared by every Decoder of a model of
-that structure. Pass a `mesh` to shard the batch over its `batch_axis`
-(parameters are replicated).
+that structure. Pass a `mesh` to shard the batch over its `batch_axis`,
+and `param_rules` to split the parameters and the cache over it too
+(`infra/sharding.py`: 'tensor' splits attention heads, hidden units and
+the vocabulary over a 'model' axis); the loop stays one program, XLA
+inserting the collectives it needs.
+
+    mesh = sharding.make_mesh((2, 4), ('data', 'model'))
+    decoder = generate.Decoder(model, mesh=mesh, param_rules='tensor')
 """
 
 import dataclasses
@@ -43,6 +49,8 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import rescorers
 from bpd_jax.infra import numeric
+from bpd_jax.infra import sharding
+from bpd_jax.models import attention
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.models.transformer import Transformer
 
@@ -61,20 +69,33 @@ class Decoder:
   """
 
   def __init__(self, model: Transformer, mesh=None,
-               batch_axis: str = 'data'):
-    """Takes the model apart (and replicates it over `mesh`, if given).
+               batch_axis: str = 'data', param_rules=(), log=print):
+    """Takes the model apart (and places it on `mesh`, if given).
 
     Args:
       model: the Transformer.
       mesh: optional `jax.sharding.Mesh` to shard each batch over.
       batch_axis: the mesh axis the batch is split along.
+      param_rules: how the parameters and the decoding cache are split
+        over `mesh` (`sharding.param_shardings`, `mesh.param_rules` of a
+        config): 'tensor', 'fsdp' or (regex, spec) pairs; () replicates
+        the parameters and splits the cache by batch only.
+      log: where a rule set's line of what it could not split goes.
     """
-    if mesh is not None and batch_axis not in mesh.shape:
+    if mesh is None:
+      if param_rules:
+        raise ValueError(f'param_rules={param_rules!r} needs a mesh.')
+    elif batch_axis not in mesh.shape:
       raise ValueError(f'batch_axis={batch_axis!r} is not an axis of the '
                        f'mesh {dict(mesh.shape)}.')
-    self.model = _replicate(model, mesh)
     self.config = model.config
     self.mesh, self.batch_axis = mesh, batch_axis
+    self._placement = None
+    if mesh is not None:
+      self._placement = _Placement(mesh, batch_axis,
+                                   _hashable_rules(param_rules))
+      model = self._placement.place(model, log)
+    self.model = model
     graphdef, weights = nnx.split(self.model)
     self._weights, treedef = jax.tree_util.tree_flatten(weights)
     self._decode = _structure_decoder(graphdef, treedef)
@@ -129,7 +150,8 @@ class Decoder:
                         options=options.static(),
                         rescorer_structure=structure, rescorer=arguments,
                         iterations=_iteration_count(iterations),
-                        sampler=sampler, keys=keys)
+                        sampler=sampler, keys=keys,
+                        placement=self._placement)
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
@@ -237,7 +259,8 @@ class Decoder:
                               inputs, options=options.static(),
                               rescorer_structure=None, rescorer=None,
                               iterations=_iteration_count(None),
-                              sampler=sampler, keys=keys)
+                              sampler=sampler, keys=keys,
+                              placement=self._placement)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -248,6 +271,8 @@ class Decoder:
     """
     if k not in self._layouts:
       layout = _output_layout(self.model, k)
+      if self._placement is not None:
+        layout = self._placement.place_layout(layout)
       if self._layouts:  # One vocabulary table serves every k.
         vocab = next(iter(self._layouts.values())).vocab
         layout = dataclasses.replace(layout, vocab=vocab)
@@ -373,21 +398,95 @@ def check_inputs(config, inputs,
   return array.astype(np.int32)
 
 
-def _replicate(model, mesh):
-  if mesh is None:
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+  """Where a Decoder's arrays live: a static argument of its program.
+
+  Attributes:
+    mesh: the mesh.
+    batch_axis: the mesh axis the batch is split along.
+    rules: the parameters' and the cache's rules (hashable).
+  """
+  mesh: jax.sharding.Mesh
+  batch_axis: str
+  rules: str | tuple
+
+  def place(self, model: Transformer, log) -> Transformer:
+    """The model with its parameters laid out by the rules; the line of
+    what the rules could not split (parameters, then cache) logged."""
+    lines = []
+    shardings = sharding.param_shardings(nnx.state(model), self.mesh,
+                                         self.rules, lines.append)
+    # The cache's layout for an abstract batch of one row per data device.
+    rows = self.mesh.shape[self.batch_axis]
+    source = (jnp.zeros((rows, 1), jnp.int32)
+              if model.config.is_encoder_decoder else None)
+    cache = jax.eval_shape(lambda: model.init_cache(rows, 1, source))
+    sharding.cache_shardings(cache, self.mesh, self.rules, self.batch_axis,
+                             lines.append)
+    if self.rules == 'tensor':  # The same parameters, heads grouped.
+      model = _group_heads(model, self.mesh.shape[sharding.TENSOR_AXIS],
+                           lines.append)
+    if lines:
+      log(' '.join(lines))
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, jax.device_put(state, shardings))
+
+  def place_layout(self, layout):
+    """A model's `DecodingWeights` laid out by the rules (by their own
+    paths: 'vocab', 'proposals/w_in', ...), as the parameters they are
+    made of."""
+    return jax.device_put(layout, sharding.param_shardings(
+        layout, self.mesh, self.rules, log=lambda _: None))
+
+  def constrain_cache(self, cache):
+    """The cache laid out by the rules (inside the decode's program)."""
+    return jax.lax.with_sharding_constraint(cache, sharding.cache_shardings(
+        cache, self.mesh, self.rules, self.batch_axis, log=lambda _: None))
+
+
+def _group_heads(model: Transformer, devices: int, log) -> Transformer:
+  """A copy of `model` whose self-attention layers lay their fused
+  query/key/value columns out one group of heads per device
+  (`SelfAttention.group_heads`), so that the 'tensor' rules' column split
+  gives each device whole heads; `model` itself is left as it is. A layer
+  whose key/value heads the devices do not divide keeps its layout (its
+  split columns are exchanged between devices at every call), said in one
+  log line."""
+  if devices == 1:
     return model
-  return jax.device_put(model, jax.sharding.NamedSharding(
-      mesh, jax.sharding.PartitionSpec()))
+  model = nnx.clone(model)
+  ungrouped = set()
+  for _, module in nnx.iter_modules(model):
+    if isinstance(module, attention.SelfAttention):
+      if module.num_kv_heads % devices:
+        ungrouped.add(module.num_kv_heads)
+      else:
+        module.group_heads(devices)
+  if ungrouped:
+    log(f'Attention with {"/".join(map(str, sorted(ungrouped)))} key/value '
+        f'heads does not split by head over the {devices} devices of '
+        f'{sharding.TENSOR_AXIS!r}: its query/key/value columns are '
+        f'exchanged between them.')
+  return model
+
+
+def _hashable_rules(rules):
+  """'tensor', 'fsdp' or a tuple of (regex, spec tuple) pairs."""
+  if isinstance(rules, str) or not rules:
+    return rules or ()
+  return tuple((pattern, tuple(spec)) for pattern, spec in rules)
 
 
 def _decode_body(model: Transformer, weights, inputs,
                  options: decoding.DecodeOptions, rescore, iterations,
-                 sampler=None, keys=None):
+                 sampler=None, keys=None, placement=None):
   """The whole decode of a batch: encoder, prompt pass, decoding loop.
 
   `weights` are the model's `decoding_weights(options.k)`; `rescore`
   the refinement's rescoring function (None without one); `sampler` and
-  `keys` [batch] those of a sampled decode (options.sampling).
+  `keys` [batch] those of a sampled decode (options.sampling);
+  `placement` the mesh's (None: no mesh).
   """
   config = model.config
   batch = inputs.shape[0]
@@ -400,6 +499,8 @@ def _decode_body(model: Transformer, weights, inputs,
   k = options.k
   cache = model.init_cache(batch, options.cache_positions(prompt.shape[1]),
                            source)
+  if placement is not None:
+    cache = placement.constrain_cache(cache)
   proposals = dict(proposal_logits=functools.partial(
       model.proposal_logits, k=k, weights=weights))
   if heads_lib.dependent(config.head_layer):  # Drafts head after head.
@@ -443,14 +544,16 @@ def _structure_decoder(graphdef, treedef):
   they reuse each other's compilations.
   """
   def decode(weights, layout, inputs, options, rescorer_structure=None,
-             rescorer=None, iterations=None, sampler=None, keys=None):
+             rescorer=None, iterations=None, sampler=None, keys=None,
+             placement=None):
     model = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef,
                                                              weights))
     rescore = rescorers.function(options.refinement, rescorer_structure,
                                  rescorer)
     return _decode_body(model, layout, inputs, options, rescore, iterations,
-                        sampler, keys)
-  return jax.jit(decode, static_argnames=('options', 'rescorer_structure'))
+                        sampler, keys, placement)
+  return jax.jit(decode, static_argnames=('options', 'rescorer_structure',
+                                          'placement'))
 
 
 @functools.partial(jax.jit, static_argnames=('k',))

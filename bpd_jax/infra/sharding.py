@@ -70,6 +70,15 @@ TENSOR_RULES = (
     # splits by head there).
     (r'heads/(w_in|b_in)', (..., TENSOR_AXIS)),
     (r'heads/w_out', (..., TENSOR_AXIS, None)),
+    # The output weights a Decoder lays out once (the model's
+    # DecodingWeights): the vocabulary projection [d_model, vocab] and
+    # the embedding sequential heads read, by token; the heads' weights
+    # as the parameters they are cut from (sequential heads: one array a
+    # head, 'proposals/w_in/0', ...).
+    (r'vocab', (None, TENSOR_AXIS)),
+    (r'embed', (TENSOR_AXIS, None)),
+    (r'(scoring|proposals)/(w_in|b_in)(/\d+)?', (..., TENSOR_AXIS)),
+    (r'(scoring|proposals)/w_out(/\d+)?', (..., TENSOR_AXIS, None)),
     # The decoding cache, [batch, positions, kv_heads, head_dim]: by
     # key/value head.
     (r'(self_attention/\d+|memory/\d+|draft/attention|draft/source)/'
