@@ -34,8 +34,12 @@ def per_iteration_seconds(run: Callable[[int], None],
   run(_SHORT)  # Compiles and warms up.
   fastest = lambda n: min(_seconds(run, n) for _ in range(repeats))
   # A first guess of the iteration cost picks a long loop of ~_TARGET_SECONDS.
-  guess = max(_seconds(run, 4 * _SHORT) - _seconds(run, _SHORT), 1e-7) / (
-      3 * _SHORT)
+  # Noise can make the difference tiny or negative; an iteration costs at
+  # most long_time / (4 * _SHORT), and a guess far below that would plan
+  # thousands of slow iterations (hours of a 1B-parameter model's calls).
+  long_time = _seconds(run, 4 * _SHORT)
+  guess = max((long_time - _seconds(run, _SHORT)) / (3 * _SHORT),
+              long_time / (4 * _SHORT) / 64)
   long = int(min(max(_TARGET_SECONDS / guess, 8 * _SHORT), _MAX_LONG))
   # On a loaded machine the guess can be far too high and the long loop too
   # short to rise above the noise: time both again with the long one twice

@@ -65,6 +65,24 @@ def test_a_slope_never_above_the_noise_is_an_error_not_a_zero_cost(
   assert max(loop.lengths) == 4096
 
 
+def test_a_guess_lost_in_noise_plans_no_long_loop_of_slow_iterations(
+    monkeypatch):
+  # Slow iterations (0.3 s) and the guess's short loop 10 s late: its
+  # difference is negative, which must not plan 4096 iterations (20 min).
+  loop = FakeLoop(fixed=1.0, per_iteration=0.3)
+  short_runs = []
+
+  def run(n):
+    loop.run(n)
+    if n == timing._SHORT:
+      short_runs.append(n)
+      if len(short_runs) == 2:
+        loop.now += 10.0
+  monkeypatch.setattr(timing.time, 'perf_counter', loop.clock)
+  assert timing.per_iteration_seconds(run, repeats=2) == pytest.approx(0.3)
+  assert max(loop.lengths) == 8 * timing._SHORT
+
+
 def test_decoder_loop_is_timed_by_its_forced_iterations(monkeypatch):
   """loop_iteration_seconds times decode(iterations=n) with the options."""
   clock = FakeLoop(fixed=0.02, per_iteration=4e-4)
