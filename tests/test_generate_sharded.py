@@ -101,12 +101,12 @@ def reference(name: str, kind: str):
     return generate.Decoder(model).decode(inputs, DECODES[kind], key=7)
 
 
-def assert_same_or_near_tie(model, inputs, reference, result, tie):
+def assert_same_or_near_tie(model, inputs, expected, actual, tie):
   """Tokens equal, or the first difference sits on a scoring near-tie."""
-  reference, result = np.asarray(reference), np.asarray(result)
-  for i in np.flatnonzero((reference != result).any(axis=1)):
-    j = int(np.argmax(reference[i] != result[i]))
-    margin = near_ties.top2_margin(model, inputs[i], reference[i, :j])
+  expected, actual = np.asarray(expected), np.asarray(actual)
+  for i in np.flatnonzero((expected != actual).any(axis=1)):
+    j = int(np.argmax(expected[i] != actual[i]))
+    margin = near_ties.top2_margin(model, inputs[i], expected[i, :j])
     assert margin < tie, (f'example {i} differs at token {j} with a top-2 '
                           f'margin of {margin}, not a near-tie')
 
@@ -183,6 +183,24 @@ def test_tensor_sharded_decodes_give_the_one_device_tokens(name, shape,
   decode_and_compare(name, shape, kind)
 
 
+def repeating_heads(model):
+  """The model with heads that propose head 1's token again, which random
+  models, prone to repeating themselves, often accept: the heads' output
+  weights zero, or the draft layer passing the base's feature through."""
+  if model.config.head_layer != 'autoregressive':
+    model.heads.w_out[...] = jnp.zeros_like(model.heads.w_out[...])
+    return model
+  draft, width = model.heads.draft, model.config.d_model
+  draft.fuse.kernel[...] = jnp.eye(2 * width, width,
+                                   dtype=draft.fuse.kernel[...].dtype)
+  outputs = [draft.attention.out, draft.down]
+  if draft.source != 'none':
+    outputs.append(draft.source_attention.out)
+  for layer in outputs:
+    layer.kernel[...] = jnp.zeros_like(layer.kernel[...])
+  return model
+
+
 @pytest.mark.parametrize('fields', [
     dict(head_layer='autoregressive', draft_source='own'),
     pytest.param(dict(head_layer='autoregressive', draft_source='base'),
@@ -202,26 +220,9 @@ def test_every_head_layer_decodes_exactly_on_split_parameters(fields):
     decoder = generate.Decoder(model, mesh=mesh, param_rules='tensor',
                                log=lambda _: None)
     result = decoder.decode(inputs, DECODES['blockwise'])
-  assert_same_or_near_tie(model, inputs, greedy.tokens, result.tokens, 1e-9)
+    assert_same_or_near_tie(model, inputs, greedy.tokens, result.tokens,
+                            1e-9)
   assert float(result.mean_block_size) > 1.0
-
-
-def repeating_heads(model):
-  """The model with heads that propose head 1's token again, which random
-  models, prone to repeating themselves, often accept: the heads' output
-  weights zero, or the draft layer passing the base's feature through."""
-  if model.config.head_layer != 'autoregressive':
-    model.heads.w_out[...] = jnp.zeros_like(model.heads.w_out[...])
-    return model
-  draft, width = model.heads.draft, model.config.d_model
-  draft.fuse.kernel[...] = jnp.eye(2 * width, width,
-                                   dtype=draft.fuse.kernel[...].dtype)
-  outputs = [draft.attention.out, draft.down]
-  if draft.source != 'none':
-    outputs.append(draft.source_attention.out)
-  for layer in outputs:
-    layer.kernel[...] = jnp.zeros_like(layer.kernel[...])
-  return model
 
 
 def test_rules_need_a_mesh_with_their_axis():
@@ -272,9 +273,9 @@ def test_fsdp_rules_decode_too():
     assert spec(ffn.up.kernel[...]) == P(None, 'data')  # [32, 64]
     assert spec(ffn.down.kernel[...]) == P('data')  # [64, 32]
     result = decoder.decode(inputs, DECODES['blockwise'])
-  assert_same_or_near_tie(model, inputs,
-                          reference('decoder-only', 'greedy').tokens,
-                          result.tokens, 1e-9)
+    assert_same_or_near_tie(model, inputs,
+                            reference('decoder-only', 'greedy').tokens,
+                            result.tokens, 1e-9)
 
 
 @pytest.mark.parametrize('argmax', [
