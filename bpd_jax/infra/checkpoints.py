@@ -292,8 +292,11 @@ def checksums(tree) -> dict[str, str]:
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   # One small program per shape and dtype, cached across states, phases
   # and runs (one program for the whole state took 2.5 s to compile for
-  # the tests' tiny model, at every phase of every run).
-  sums = jax.device_get([_array_checksum(leaf) for _, leaf in leaves])
+  # the tests' tiny model, at every phase of every run). The program of an
+  # array split over devices ends in an all-reduce; each is awaited before
+  # the next starts, since XLA's CPU runtime deadlocks with many
+  # collective programs in flight at once (dozens, on simulated devices).
+  sums = [jax.device_get(_array_checksum(leaf)) for _, leaf in leaves]
   return {_path_name(path): f'{int(a):08x}{int(b):08x}'
           for (path, _), (a, b) in zip(leaves, sums)}
 
