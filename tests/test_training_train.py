@@ -243,10 +243,46 @@ def test_8_devices_match_1_device(tmp_path):
                          mesh=dict(shape=shape))
     lines = []
     train.train(config, str(tmp_path / name), log=lines.append)
-    curves.append([float(re.search(r'loss ([0-9.]+)', line).group(1))
-                   for line in lines if line.startswith('step ')])
+    curves.append(loss_curve(lines))
   assert len(curves[0]) == 6
   np.testing.assert_allclose(curves[0], curves[1], rtol=2e-3)
+
+
+def loss_curve(lines):
+  return [float(re.search(r'loss ([0-9.]+)', line).group(1))
+          for line in lines if line.startswith('step ')]
+
+
+@pytest.mark.slow
+def test_split_parameters_follow_one_device_and_restore_on_other_meshes(
+    tmp_path):
+  # Split parameters change only the order of sums (GSPMD's all-reduces),
+  # so the curves agree as the data-parallel one above does. A checkpoint
+  # of the (2, 4) 'tensor' run resumes on (8, 1) 'fsdp' and on one device
+  # with its parameters, placed as the new mesh's rules say.
+  def run(name, shape, rules):
+    config = tiny_config(
+        train=dict(base_steps=8, head_steps=4, log_every=2),
+        mesh=dict(shape=shape, axes=('data', 'model'), param_rules=rules))
+    lines = []
+    model, _ = train.train(config, str(tmp_path / name), log=lines.append)
+    return model, lines
+
+  _, one_device = run('one', (1, 1), ())
+  tensor_model, tensor_lines = run('tensor', (2, 4), 'tensor')
+  _, fsdp_lines = run('fsdp', (8, 1), 'fsdp')
+  assert len(loss_curve(one_device)) == 6
+  for lines in (tensor_lines, fsdp_lines):
+    np.testing.assert_allclose(loss_curve(lines), loss_curve(one_device),
+                               rtol=2e-3)
+  saved = flat(params_of(tensor_model))
+  for shape, rules in (((8, 1), 'fsdp'), ((1, 1), ())):
+    model, lines = run('tensor', shape, rules)
+    assert 'Resumed from step 12' in '\n'.join(lines)
+    assert_params_equal(flat(params_of(model)), saved)
+    kernel = model.decoder_layers[0].ffn.up.kernel[...]
+    assert len(kernel.sharding.device_set) == shape[0] * shape[1]
+    assert tuple(kernel.sharding.spec) == ((None, 'data') if rules else ())
 
 
 def test_non_finite_loss_stops_without_saving(tmp_path):
