@@ -1,8 +1,11 @@
-"""Multi-process runs: two processes on 127.0.0.1 train as one with 4 devices.
+"""Multi-process runs: two processes on 127.0.0.1 train as one with 4 devices,
+and decode as one with 8 on split parameters.
 
-Each process gets 2 simulated CPU devices and talks to the other through
-gloo CPU collectives (jax's default on CPU); they feed their own rows of
-each global batch, checkpoint into one workdir, and resume from it.
+Each process gets 2 (training) or 4 (decoding) simulated CPU devices and
+talks to the other through gloo CPU collectives (jax's default on CPU);
+in training they feed their own rows of each global batch, checkpoint into
+one workdir, and resume from it; in decoding (tests/distributed_decode.py)
+they hold their devices' parts of the parameters and cache.
 """
 
 import os
@@ -12,8 +15,12 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
+import distributed_decode
+import xla_flags
+from bpd_jax import generate
 from bpd_jax.infra import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,3 +155,33 @@ def test_two_processes_read_their_own_wmt_shards(tmp_path):
   assert sorted(os.listdir(data)) == [
       f'wmt14_translate_de-en.mock.train.{i}-of-2.npz' for i in range(2)]
   assert (tmp_path / 'vocab.model').exists()
+
+
+def test_two_processes_decode_on_split_parameters(tmp_path):
+  """Two processes of 4 devices each decode on a (2, 4) mesh with the
+  'tensor' rules (parameters and cache split over 'model', the batch over
+  'data', XLA's collectives over gloo between the processes): greedy and
+  exact blockwise decoding give the tokens of one device in one process."""
+  port, out = free_port(), tmp_path / 'tokens.npz'
+  processes = [subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, 'tests', 'distributed_decode.py'),
+       str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu',
+           'XLA_FLAGS': '--xla_force_host_platform_device_count=4 '
+                        + xla_flags.COMPILE_FAST,
+           'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}',
+           'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(i)})
+      for i in range(2)]
+  for process in processes:
+    finish(process)
+  decoded = np.load(out)
+  # Each device holds about a quarter of the parameters (norms and the
+  # biases added after an all-reduce whole), not all of them.
+  assert 0.25 <= float(decoded['param_fraction']) < 0.3
+  with jax.enable_x64(True):
+    model, inputs = distributed_decode.case()
+    decoder = generate.Decoder(model)
+    for name, options in distributed_decode.DECODES.items():
+      np.testing.assert_array_equal(
+          decoded[name], decoder.decode(inputs, options).tokens, name)
