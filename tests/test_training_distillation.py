@@ -35,6 +35,14 @@ def test_distilled_corpus_trains(tmp_path):
   assert info['examples'] == counts
   assert (out / 'validation.tgt').read_text().splitlines()[0] == (
       tasks.load_task(config.task, '').pairs('validation')[0][1])
+  # With the parameters split over a (2, 4) mesh: the same corpus.
+  split = tiny_config(train=dict(config.train),
+                      mesh=dict(shape=(2, 4), axes=('data', 'model'),
+                                param_rules='tensor'))
+  distillation.distill(split, model, task, str(tmp_path / 'split'),
+                       log=lambda _: None)
+  assert ((tmp_path / 'split' / 'train.tgt').read_text() ==
+          (out / 'train.tgt').read_text())
   # The demo config's distilled option reads it back.
   distilled = demo_config(f'distilled={out}')
   config.task = distilled.task

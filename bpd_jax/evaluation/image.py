@@ -69,7 +69,7 @@ def bicubic(low: np.ndarray, size: int) -> np.ndarray:
 def evaluate(model, task: image_task.ImageTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             log=print) -> dict:
+             param_rules=(), log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
   Args:
@@ -84,6 +84,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     repeats: timed rounds of every decoder over the batches, interleaved
       (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the batch over.
+    param_rules: how the parameters are split over `mesh`
+      (`generate.Decoder`; () replicates them).
     log: progress messages go here.
 
   Returns:
@@ -100,8 +102,9 @@ def evaluate(model, task: image_task.ImageTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
-  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len, repeats=repeats)
+  measured = runner.run(
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      batches, decoders, max_len=max_len, repeats=repeats)
   upsampled = bicubic(low, shape[0])
   rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
                ssim=ssim(high, upsampled))]

@@ -82,7 +82,7 @@ def _negative_log_likelihood(model, prompts, continuations):
 def evaluate(model, task: lm_task.LMTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             log=print) -> dict:
+             param_rules=(), log=print) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
   Args:
@@ -98,6 +98,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     repeats: timed rounds of every decoder over the batches, interleaved
       (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the decoding batch over.
+    param_rules: how the parameters are split over `mesh`
+      (`generate.Decoder`; () replicates them).
     log: progress messages go here.
 
   Returns:
@@ -118,8 +120,9 @@ def evaluate(model, task: lm_task.LMTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
-  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len, repeats=repeats)
+  measured = runner.run(
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      batches, decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   for row in rows:
     log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '

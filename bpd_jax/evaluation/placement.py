@@ -3,25 +3,48 @@
 import jax
 from flax import nnx
 
+from bpd_jax.infra import errors
+
 
 def placement(model, config, mesh, log=print):
-  """(model, mesh) to decode config.eval.batch_size sentences at a time.
+  """(model, mesh, param_rules) to decode config.eval.batch_size sentences
+  at a time: what `generate.Decoder` is given.
 
   A batch that splits over the mesh's data axis is sharded over it, the
-  model replicated. One that does not (batch size 1, the paper's latency
-  setting, on several devices) is decoded on one device per process: each
-  process decodes the whole split alone, on its own replica of the model.
+  parameters split as mesh.param_rules say (replicated by default). One
+  that does not (batch size 1, the paper's latency setting, on several
+  devices) is decoded on one device per process: each process decodes the
+  whole split alone, on its own replica of the model; split parameters
+  cannot be gathered onto one device, so that is refused.
+
+  Raises:
+    errors.ConfigError: the batch does not split and mesh.param_rules
+      splits the parameters.
   """
-  replicated = jax.device_put(model, jax.sharding.NamedSharding(
-      mesh, jax.sharding.PartitionSpec()))
+  rules = config.mesh.param_rules
   data_devices = mesh.shape[config.mesh.data_axis]
   if config.eval.batch_size % data_devices == 0:
-    return replicated, mesh
+    return model, mesh, rules
+  if rules:
+    raise errors.ConfigError(
+        f'eval.batch_size={config.eval.batch_size} does not split over the '
+        f'{data_devices} devices of the data axis, and mesh.param_rules='
+        f'{rules!r} keeps the parameters split over the mesh: use a batch '
+        f'size that the data axis divides, or a mesh whose data axis is 1 '
+        f'(mesh.shape=(1, -1)).')
   log(f'eval.batch_size={config.eval.batch_size} does not split over the '
       f'{data_devices} devices of the data axis: decoding on one device '
       f'per process.')
-  graphdef, state = nnx.split(replicated)
+  graphdef, state = nnx.split(model)
   device = jax.local_devices()[0]
   state = jax.tree.map(
-      lambda x: jax.device_put(x.addressable_data(0), device), state)
-  return nnx.merge(graphdef, state), None
+      lambda x: jax.device_put(_local_copy(x), device), state)
+  return nnx.merge(graphdef, state), None, ()
+
+
+def _local_copy(x):
+  """A whole copy of `x` from this process: an array replicated over the
+  training mesh gives its first shard; numpy as it is."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    return x.addressable_data(0)
+  return x

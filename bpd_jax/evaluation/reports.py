@@ -31,11 +31,12 @@ class Report(Protocol):
   def evaluate(self, model, task: tasks.Task, split: str,
                decoders: list[DecoderSpec], *, batch_size: int,
                max_len: int, num_examples: int = 0, repeats: int = 1,
-               mesh=None, log: Callable[[str], None] = print) -> dict:
+               mesh=None, param_rules=(),
+               log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
     most `max_len` tokens each, the batch sharded over `mesh` (None: one
-    device), timing `repeats` interleaved rounds; returns the result: 'rows', one per decoder (the names of
+    device) and the parameters split as `param_rules` say, timing `repeats` interleaved rounds; returns the result: 'rows', one per decoder (the names of
     the decoders), beside any baseline's, and the kind's own figures."""
 
   def write(self, result: dict, config, workdir: str,
@@ -54,13 +55,13 @@ def report(config, workdir: str, model, task: tasks.Task,
            log: Callable[[str], None] = print) -> dict:
   """Decodes config.eval.split with the decoders of config.eval, prints
   the task's report and writes it to `workdir`; returns its result."""
-  model, mesh = placement.placement(model, config, _mesh(config), log)
+  model, mesh, rules = placement.placement(model, config, _mesh(config), log)
   result = _report_of(config).evaluate(
       model, task, config.eval.split,
       spec.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size, max_len=config.eval.max_len,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
-      mesh=mesh, log=log)
+      mesh=mesh, param_rules=rules, log=log)
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result
@@ -76,14 +77,15 @@ def periodic(config):
 
   def evaluate(model, task, step):
     del step  # The same examples every time.
-    model, placed_mesh = placement.placement(model, config, mesh, log=quiet)
+    model, placed_mesh, rules = placement.placement(model, config, mesh,
+                                                    log=quiet)
     k = model.config.num_proposal_heads
     decoders = [DecoderSpec()] + ([DecoderSpec(k)] if k > 1 else [])
     result = task_report.evaluate(
         model, task, config.eval.split, decoders,
         batch_size=config.eval.batch_size, max_len=config.eval.max_len,
         num_examples=config.eval.periodic_examples, mesh=placed_mesh,
-        log=quiet)
+        param_rules=rules, log=quiet)
     values = task_report.training_figures(result)
     if k > 1:
       blockwise = next(row for row in result['rows']

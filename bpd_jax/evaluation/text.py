@@ -55,7 +55,7 @@ def bleu(hypotheses: list[str], references: list[str],
 def evaluate(model, task: tasks.TextualTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             log=print) -> dict:
+             param_rules=(), log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
 
   Args:
@@ -73,6 +73,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     repeats: timed rounds of every decoder over the batches, interleaved
       (`runner.run`); wall_s is a decoder's median round.
     mesh: optional mesh to shard the batch over.
+    param_rules: how the parameters are split over `mesh`
+      (`generate.Decoder`; () replicates them).
     log: progress messages go here.
 
   Returns:
@@ -93,8 +95,9 @@ def evaluate(model, task: tasks.TextualTask, split: str,
   batches = list(batching.eval_batches(sources, batch_size,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
-  measured = runner.run(generate.Decoder(model, mesh=mesh), batches,
-                        decoders, max_len=max_len, repeats=repeats)
+  measured = runner.run(
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      batches, decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text
   for run, row in zip(measured, rows):

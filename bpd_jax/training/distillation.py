@@ -69,13 +69,17 @@ def distill(config, model, task, output_dir: str, log=print,
     raise ValueError(f'--batch_size={batch_size} must be >= 1.')
   refuse_images(config)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
+  # Parameters split as mesh.param_rules say: a model that does not fit
+  # one device distils as it trained.
+  decoder = generate.Decoder(model, mesh=mesh,
+                             param_rules=config.mesh.param_rules, log=log)
   distill_kind = (_distill_lm if tasks.get(config.task.name).kind == 'lm'
                   else _distill_text)
-  return distill_kind(config, model, task, output_dir, log, batch_size, mesh,
-                      source)
+  return distill_kind(config, model, task, output_dir, log, batch_size,
+                      decoder, source)
 
 
-def _distill_text(config, model, task, output_dir, log, batch_size, mesh,
+def _distill_text(config, model, task, output_dir, log, batch_size, decoder,
                   source):
   """A text task's distilled corpus: each training source and the model's
   greedy translation of it (pairs whose translation is empty are left
@@ -89,7 +93,6 @@ def _distill_text(config, model, task, output_dir, log, batch_size, mesh,
   batches = batching.eval_batches(sources, batch_size,
                                   model.config.max_source_len,
                                   pad_id=model.config.pad_id)
-  decoder = generate.Decoder(model, mesh=mesh)
   for i, (inputs, real) in enumerate(batches):
     result = decoder.greedy(inputs, max_len=config.eval.max_len)
     tokens = np.asarray(result.tokens)[:real]
@@ -116,7 +119,7 @@ def _distill_text(config, model, task, output_dir, log, batch_size, mesh,
   return counts
 
 
-def _distill_lm(config, model, task, output_dir, log, batch_size, mesh,
+def _distill_lm(config, model, task, output_dir, log, batch_size, decoder,
                 source):
   """A language model's distilled training split: each training example's
   prompt (its own, or its first max_source_len tokens) and the model's
@@ -127,7 +130,6 @@ def _distill_lm(config, model, task, output_dir, log, batch_size, mesh,
   if truncated:
     log(f'warning: {truncated} training prompts exceed max_source_len='
         f'{max_source_len} and kept their end.')
-  decoder = generate.Decoder(model, mesh=mesh)
   pairs = []
   for i, (inputs, real) in enumerate(batching.eval_batches(
       sources, batch_size, max_source_len, pad_id=model.config.pad_id)):
