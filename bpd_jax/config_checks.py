@@ -4,11 +4,14 @@ Every problem is reported with the field's full name, its value and what it
 must be, so a typo in a sweep fails in a second rather than after training.
 """
 
+import re
+
 import numpy as np
 
 from bpd_jax import decoding
 from bpd_jax import tasks
 from bpd_jax.infra import numeric
+from bpd_jax.infra import sharding
 from bpd_jax.models import factory
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.tasks.checks import at_least, number_in
@@ -56,6 +59,7 @@ def check(config) -> None:
   _check_decoders(ev, model)
   _check_samplers(config)
   _check_mesh(config.mesh)
+  _check_param_rules(config.mesh, ev)
 
 
 def _check_seed(config) -> None:
@@ -135,6 +139,51 @@ def _check_mesh(mesh) -> None:
   if mesh.data_axis not in mesh.axes:
     raise ValueError(f'mesh.data_axis={mesh.data_axis!r} is not one '
                      f'of mesh.axes={tuple(mesh.axes)}.')
+
+
+def _check_param_rules(mesh, ev) -> None:
+  """mesh.param_rules: a shipped rule set whose axis the mesh has, or
+  (regex, spec) pairs naming its axes; and, with split parameters, an
+  eval batch that the data axis divides (split parameters cannot be
+  gathered onto one device to decode a batch of one there). What the
+  parameters' shapes allow is checked when they exist (`train.train`)."""
+  rules, axes = mesh.param_rules, tuple(mesh.axes)
+  if not rules:
+    return
+  if isinstance(rules, str):
+    if rules not in sharding.RULE_SETS:
+      raise ValueError(f'mesh.param_rules={rules!r} is not one of '
+                       f'{sharding.RULE_SETS}, nor (regex, spec) pairs.')
+    needed = {'tensor': sharding.TENSOR_AXIS,
+              'fsdp': sharding.FSDP_AXIS}[rules]
+    if needed not in axes:
+      raise ValueError(f'mesh.param_rules={rules!r} splits over a '
+                       f'{needed!r} mesh axis; mesh.axes={axes} (e.g. '
+                       f"mesh.shape=(2, 4), mesh.axes=('data', 'model')).")
+  else:
+    for pair in rules:
+      if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+          or not isinstance(pair[0], str)
+          or not isinstance(pair[1], (tuple, list))):
+        raise ValueError(f'mesh.param_rules entry {pair!r} is not a (regex, '
+                         f'spec) pair, e.g. (\'.*/ffn/up/kernel\', (None, '
+                         f'\'model\')).')
+      try:
+        re.compile(pair[0])
+      except re.error as error:
+        raise ValueError(f'mesh.param_rules regex {pair[0]!r}: {error}.'
+                         ) from error
+      unknown = [a for a in pair[1] if a not in (None, ...) and a not in axes]
+      if unknown:
+        raise ValueError(f'mesh.param_rules entry {tuple(pair)!r} names '
+                         f'{unknown[0]!r}, not one of mesh.axes={axes}.')
+  data_devices = dict(zip(axes, mesh.shape))[mesh.data_axis]
+  if data_devices != -1 and ev.batch_size % data_devices:
+    raise ValueError(f'eval.batch_size={ev.batch_size} does not split over '
+                     f'the {data_devices} devices of the data axis, and '
+                     f'mesh.param_rules={rules!r} keeps the parameters split '
+                     f'over the mesh: use a batch size that the data axis '
+                     f'divides, or a data axis of 1 (mesh.shape=(1, -1)).')
 
 
 def _check_decoders(ev, model) -> None:

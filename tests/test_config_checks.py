@@ -115,6 +115,37 @@ def test_bad_fields(section, field, value, message):
     config_checks.check(config)
 
 
+@pytest.mark.parametrize('fields,message', [
+    (dict(param_rules='megatron'), r"mesh.param_rules='megatron' is not one "
+     r"of \('tensor', 'fsdp'\)"),
+    (dict(param_rules='tensor'), r"mesh.param_rules='tensor' splits over a "
+     r"'model' mesh axis; mesh.axes=\('data',\)"),
+    (dict(param_rules='fsdp', axes=('rows',), data_axis='rows'),
+     r"'fsdp' splits over a 'data' mesh axis"),
+    (dict(param_rules=(('up', 'model'),)), r"entry \('up', 'model'\) is not "
+     r"a \(regex, spec\) pair"),
+    (dict(param_rules=(('up[', (None,)),)), r"mesh.param_rules regex 'up\['"),
+    (dict(param_rules=(('up', (None, 'model')),)), r"names 'model', not one "
+     r"of mesh.axes=\('data',\)"),
+    (dict(param_rules='tensor', shape=(2, 4), axes=('data', 'model')),
+     r"eval.batch_size=1 does not split over the 2 devices of the data axis, "
+     r"and mesh.param_rules='tensor'"),
+])
+def test_bad_param_rules(fields, message):
+  config = demo_config()
+  config.mesh.update(fields)
+  with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+
+
+def test_param_rules_that_fit_the_mesh_pass():
+  for rules in ('tensor', 'fsdp', (('.*/ffn/up/kernel', (..., 'model')),)):
+    config = demo_config()
+    config.mesh.update(shape=(1, -1), axes=('data', 'model'),
+                       param_rules=rules)
+    config_checks.check(config)
+
+
 @pytest.mark.parametrize('seed', [-1, 2**63, True])
 def test_a_seed_numpy_and_jax_cannot_take_is_named(seed):
   config = demo_config()
