@@ -1,9 +1,14 @@
 """The benchmark job, in a subprocess, as a user runs it."""
 
-import pytest
 import json
+import os
+import subprocess
+import sys
 
-from test_main import TINY, run
+import pytest
+
+import xla_flags
+from test_main import ROOT, TINY, run
 
 
 @pytest.mark.slow
@@ -21,6 +26,34 @@ def test_quick_bench_of_a_random_model(tmp_path):
   assert all(r['recompiles'] == 0 for r in report['rows'])
   assert (tmp_path / 'bench' / 'bench.png').exists()
   assert '| decoder' in (tmp_path / 'bench' / 'bench.md').read_text()
+
+
+@pytest.mark.slow
+def test_quick_bench_on_split_parameters_with_the_sharding_table(tmp_path):
+  """mesh.param_rules='tensor' on (2, 4) of 8 simulated devices: the sweep
+  and k='auto''s tuning (3 sources: repeated to split over 'data') decode
+  on split parameters, and --sharding_table adds a row per rule set."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'bpd_jax.bench', *TINY,
+       f'--workdir={tmp_path}', '--init=random', '--quick', '--examples=4',
+       '--calibration_examples=3', '--batch_sizes=2', '--sharding_table',
+       '--config.mesh.shape=(2,4)', "--config.mesh.axes=('data','model')",
+       '--config.mesh.param_rules=tensor', '--config.eval.batch_size=2'],
+      cwd=ROOT, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_'
+           'count=8 ' + xla_flags.COMPILE_FAST})
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads((tmp_path / 'bench' / 'bench.json').read_text())
+  assert [r['decoder'] for r in report['rows']] == [
+      'greedy', 'blockwise', 'blockwise', 'auto']
+  for row in report['rows']:  # Exact: greedy's output but for near-ties.
+    assert row['differences'] == row['near_tie_differences']
+    assert row['recompiles'] == 0
+  rules = [row['rules'] for row in report['sharding']]
+  assert rules == ['replicated', 'tensor', 'fsdp']
+  assert report['sharding'][1]['params_vs_replicated'] < 0.5
+  assert '| rules ' in (tmp_path / 'bench' / 'bench.md').read_text()
+  assert '| rules ' in result.stdout
 
 
 def test_checkpoint_needed_unless_random(tmp_path):

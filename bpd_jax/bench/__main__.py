@@ -7,6 +7,7 @@ Times, per batch size, greedy decoding and the sweep of `bench/settings.py`
 first --examples sentences of the eval split, interleaved, --repeats
 rounds, medians; writes OUTPUT_DIR/bench.json, .md and .png (the columns:
 docs/guide/benchmarks.md). --quick: a run under a minute, the machinery only.
+Meshes, mesh.param_rules and --sharding_table: bench/sharded.py.
 """
 
 import os
@@ -14,11 +15,11 @@ import time
 
 from absl import flags
 
-from bpd_jax import generate
 from bpd_jax import jobs
 from bpd_jax.bench import report
 from bpd_jax.bench import runner
 from bpd_jax.bench import settings
+from bpd_jax.bench import sharded
 from bpd_jax.evaluation import text
 
 _INIT = jobs.define_init()
@@ -31,7 +32,7 @@ def main(argv):
                    check=settings.parse)
   config, task, plan = job.config, job.task, job.options
   max_len, split = config.eval.max_len, config.eval.split
-  decoder = generate.Decoder(job.model)
+  decoder = sharded.decoder(config, job.model, plan.batch_sizes)
   sources, _ = task.sources(split, decoder.config.max_source_len,
                             plan.examples)
   references = [target for _, target in task.pairs(split)[:plan.examples]]
@@ -42,17 +43,22 @@ def main(argv):
                      tokenized_text=task.vocab.tokenized_text)[0]
 
   begin = time.perf_counter()
+  batches = plan.batches(sources, decoder.config.max_source_len,
+                         decoder.config.pad_id)
   rows = runner.run(
-      decoder, plan.batches(sources, decoder.config.max_source_len,
-                            decoder.config.pad_id),
-      plan.settings(tuning), max_len=max_len, repeats=plan.repeats,
-      quality=bleu, progress=lambda line: print(line, flush=True))
+      decoder, batches, plan.settings(tuning), max_len=max_len,
+      repeats=plan.repeats, quality=bleu,
+      progress=lambda line: print(line, flush=True))
+  table = None
+  if plan.sharding_table:  # Each rule set on the config's mesh.
+    table = sharded.table(job.model, config, batches[max(batches)][0][0],
+                          max_len=max_len, k=max(plan.ks))
   meta = report.meta(config, job.workdir, init=_INIT.value,
                      examples=len(sources), repeats=plan.repeats,
                      seconds=time.perf_counter() - begin)
   output_dir = plan.output_dir or os.path.join(job.workdir, 'bench')
-  paths = report.write(rows, meta, output_dir)
-  print(report.markdown(rows))
+  paths = report.write(rows, meta, output_dir, table)
+  print(report.tables(rows, table))
   print(f'Wrote {paths["json"]}, {paths["markdown"]} and {paths["plot"]}.')
 
 

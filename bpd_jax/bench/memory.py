@@ -5,10 +5,12 @@ import numpy as np
 from flax import nnx
 
 from bpd_jax import decoding
+from bpd_jax.infra import sharding
 
 
 def peak_bytes(decoder, inputs, options: decoding.DecodeOptions) -> int:
-  """The whole model, its decoding layout and the program's buffers, in bytes.
+  """The whole model, its decoding layout and the program's buffers, in
+  bytes on the most loaded device (on a mesh, what the rules put there).
 
   Lowers the decoder's own program for this input shape
   (`generate.Decoder.lower`: the one `decode` runs) and reads XLA's memory
@@ -25,5 +27,7 @@ def peak_bytes(decoder, inputs, options: decoding.DecodeOptions) -> int:
   stats = decoder.lower(inputs, options).compile().memory_analysis()
   held = jax.tree.leaves((nnx.state(decoder.model),
                           decoder.layout(options.k)))
-  return int(sum(x.nbytes for x in held) + np.asarray(inputs).nbytes
-             + stats.output_size_in_bytes + stats.temp_size_in_bytes)
+  # XLA's figures are one device's.
+  return int(max(sharding.device_bytes(held).values())
+             + np.asarray(inputs).nbytes + stats.output_size_in_bytes
+             + stats.temp_size_in_bytes)

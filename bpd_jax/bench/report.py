@@ -32,6 +32,35 @@ def markdown(rows: list[dict]) -> str:
        for row in rows], headers=TABLE_COLUMNS, tablefmt='github')
 
 
+# Columns of the rule sets' Markdown table (`sharded.table`; bench.json
+# keeps them all).
+SHARDING_COLUMNS = (
+    'rules', 'batch_size', 'params_mb', 'params_vs_replicated',
+    'optimizer_mb', 'optimizer_vs_replicated', 'cache_mb',
+    'cache_vs_replicated', 'greedy_collectives', 'greedy_collective_bytes',
+    'blockwise_collectives', 'blockwise_collective_bytes',
+    'greedy_compile_s', 'blockwise_compile_s')
+
+
+def sharding_markdown(rows: list[dict]) -> str:
+  """The rule sets' rows as a Markdown table: per-device memory in MiB
+  (the bytes of bench.json / 2**20) and collectives per loop iteration."""
+  def cell(row, column):
+    if column.endswith('_mb'):
+      return float(f'{row[column[:-3] + "_bytes"] / 2**20:.4g}')
+    return '-' if row[column] is None else row[column]
+  return tabulate.tabulate(
+      [[cell(row, c) for c in SHARDING_COLUMNS] for row in rows],
+      headers=SHARDING_COLUMNS, tablefmt='github')
+
+
+def tables(rows: list[dict], sharding_rows: list[dict] | None = None
+           ) -> str:
+  """bench.md: the rows' table, then the rule sets' (if any)."""
+  return markdown(rows) + ('' if sharding_rows is None else
+                           '\n\n' + sharding_markdown(sharding_rows))
+
+
 def plot(rows: list[dict], path: str) -> None:
   """Speedup and mean accepted block against k, a line per batch size.
 
@@ -83,8 +112,11 @@ def meta(config, workdir: str, *, init: str, examples: int, repeats: int,
               seconds=round(seconds), date=time.strftime('%Y-%m-%d %H:%M'))
 
 
-def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:
-  """Writes bench.json (meta + rows), bench.md and bench.png.
+def write(rows: list[dict], meta: dict, output_dir: str,
+          sharding_rows: list[dict] | None = None) -> dict[str, str]:
+  """Writes bench.json (meta + rows), bench.md and bench.png; with
+  `sharding_rows` (`sharded.table`), bench.json's 'sharding' and their
+  table after the rows' in bench.md.
 
   Returns:
     {'json' | 'markdown' | 'plot': path}.
@@ -95,7 +127,10 @@ def write(rows: list[dict], meta: dict, output_dir: str) -> dict[str, str]:
   paths = {name: os.path.join(output_dir, f'bench.{ext}')
            for name, ext in (('json', 'json'), ('markdown', 'md'),
                              ('plot', 'png'))}
+  if sharding_rows is not None:
+    meta = dict(meta, sharding=sharding_rows)
   atomic_files.write_json(paths['json'], dict(meta, rows=rows), indent=1)
-  atomic_files.write_text(paths['markdown'], markdown(rows) + '\n')
+  atomic_files.write_text(paths['markdown'],
+                          tables(rows, sharding_rows) + '\n')
   plot(rows, paths['plot'])
   return paths

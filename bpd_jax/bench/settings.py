@@ -10,6 +10,7 @@ and the sweep of settings it times.
 import dataclasses
 from typing import Sequence
 
+import numpy as np
 from absl import app
 from absl import flags
 
@@ -51,6 +52,13 @@ _CALIBRATION = flags.DEFINE_integer(
     'calibration_examples', 64,
     "Training sources k='auto' is tuned on (0: no auto setting).",
     lower_bound=0)
+_SHARDING_TABLE = flags.DEFINE_boolean(
+    'sharding_table', False, 'Also a table of each rule set (replicated, '
+    "'tensor', 'fsdp') on the config's mesh (mesh.shape, mesh.axes): "
+    'per-device bytes of parameters, optimizer state and decoding cache '
+    'against the replicated layout, and the collectives per loop iteration '
+    'of greedy and blockwise decoding at the largest batch size and k '
+    '(bench/sharded.py; compiles two programs a rule set).')
 _QUICK = flags.DEFINE_boolean(
     'quick', False, 'Under a minute: batch sizes 1 and 8, the smallest and '
     'largest k, exact only, 16 sentences, 1 round, auto tuned on 16 '
@@ -117,6 +125,7 @@ class Plan:
     calibration_examples: training sources k='auto' is tuned on (0: no
       auto setting).
     output_dir: where the reports go (None: WORKDIR/bench).
+    sharding_table: also the rule sets' table (`sharded.table`).
   """
   ks: list[int]
   criteria: list[str]
@@ -129,6 +138,7 @@ class Plan:
   repeats: int
   calibration_examples: int
   output_dir: str | None
+  sharding_table: bool = False
 
   def settings(self, tuning: auto_k.AutoK | None = None) -> list:
     """The sweep, with k='auto' where `tuning` is given."""
@@ -137,7 +147,9 @@ class Plan:
 
   def tune(self, decoder, task, max_len: int) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training
-    sources (not the timed ones); None without them."""
+    sources (not the timed ones); None without them. On a mesh its
+    batches split over the data axis: the sources are repeated up to a
+    multiple of its devices, and decoded 8 or that many at a time."""
     if not self.calibration_examples:
       return None
     max_source_len = decoder.config.max_source_len
@@ -145,10 +157,15 @@ class Plan:
                                   self.calibration_examples)
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
+    inputs = batching.pad_rows(calibration, max_source_len,
+                               pad_id=decoder.config.pad_id)
+    rows = (1 if decoder.mesh is None
+            else decoder.mesh.shape[decoder.batch_axis])
+    inputs = np.resize(inputs, (-(-len(inputs) // rows) * rows,
+                                inputs.shape[1]))
     return auto_k.tune_k(
-        decoder, batching.pad_rows(calibration, max_source_len,
-                                   pad_id=decoder.config.pad_id),
-        max_len=max_len, candidates=self.ks, tree_sizes=self.tree_sizes)
+        decoder, inputs, max_len=max_len, batch_size=-(-8 // rows) * rows,
+        candidates=self.ks, tree_sizes=self.tree_sizes)
 
   def batches(self, sources, max_source_len: int, pad_id: int) -> dict:
     """{batch size: [(inputs [batch, length], real rows)]} of `sources`,
@@ -175,7 +192,8 @@ def parse(config) -> Plan:
       tree_sizes=(_ints('tree_sizes', _TREE_SIZES.value, low=2)
                   if _TREE_SIZES.value else []),
       examples=_EXAMPLES.value, repeats=_REPEATS.value,
-      calibration_examples=_CALIBRATION.value, output_dir=_OUTPUT_DIR.value)
+      calibration_examples=_CALIBRATION.value, output_dir=_OUTPUT_DIR.value,
+      sharding_table=_SHARDING_TABLE.value)
   if _QUICK.value:
     values.update(_quick(values))
   plan = Plan(**values)
