@@ -17,10 +17,19 @@
 # 32 (random heads accept next to nothing; the costs are the point). Then
 # each trained run at batch 1 and 32 with k = 2, 4, 8 and 'auto'. Each
 # bench is cut at BENCH_TIMEOUT seconds (default 120) so that the whole
-# fits a short lease. PARTS=random or PARTS=trained runs one part only;
-# QUICK=1 runs the bench's --quick instead (a CPU check of the script:
-# PARTS=trained QUICK=1 takes a few minutes on 2 cores, the random
-# base-size models an hour).
+# fits a short lease. On a machine with several accelerators, last, the
+# trained base again with its parameters and cache split over all of them
+# (mesh (1, -1) on ('data', 'model'), the 'tensor' rules: attention heads,
+# hidden units and the vocabulary per device), timed, with the table of
+# each rule set's per-device memory and collectives per decoding
+# iteration (--sharding_table; cut at SHARDED_TIMEOUT seconds, default
+# 300: it compiles two programs a rule set); with one device, one line
+# says it is skipped. PARTS=random, PARTS=trained or PARTS=sharded runs
+# one part only; QUICK=1 runs the bench's --quick instead (a CPU check of
+# the script: PARTS=trained QUICK=1 takes a few minutes on 2 cores, the
+# random base-size models an hour; XLA_FLAGS=
+# --xla_force_host_platform_device_count=8 gives the sharded part 8 CPU
+# devices).
 set -uo pipefail
 if [ "$#" -ne 3 ]; then
   echo "usage: $0 DATA RUNS OUT" >&2
@@ -54,12 +63,13 @@ bench() {  # NAME CONFIG_OPTIONS [FLAGS...]
 }
 
 python -c 'import jax; print(jax.devices())' | tee -a "$LOG"
+DEVICES=$(python -c 'import jax; print(jax.device_count())')
 BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
            --config.model.num_encoder_layers=6
            --config.model.num_decoder_layers=6
            --config.model.head_hidden=512
            --config.task.vocab_path="$RUNS/base/vocab.model")
-PARTS=${PARTS:-random trained}
+PARTS=${PARTS:-random trained sharded}
 [[ " $PARTS " == *" random "* ]] &&
 for heads in independent sequential autoregressive; do
   bench "random_base_$heads" "heads=$heads" --init=random \
@@ -81,4 +91,16 @@ for run in base: sequential:heads=sequential \
     bench "$name" "init_from=$RUNS/base,$options" --workdir="$RUNS/$name"
   fi
 done
+
+if [[ " $PARTS " == *" sharded "* ]]; then
+  if [ "$DEVICES" -lt 2 ]; then
+    echo "== base_sharded: skipped, $DEVICES device (it needs several)" |
+        tee -a "$LOG"
+  else
+    LIMIT=${SHARDED_TIMEOUT:-300} bench base_sharded "" \
+        --workdir="$RUNS/base" --sharding_table \
+        --config.mesh.shape='(1, -1)' --config.mesh.axes="('data', 'model')" \
+        --config.mesh.param_rules=tensor
+  fi
+fi
 echo "Wrote $OUT (bench.log, one folder per setting)." | tee -a "$LOG"

@@ -30,3 +30,35 @@ def test_a_missing_corpus_or_base_run_is_named(tmp_path):
   assert result.returncode == 2
   assert f'{tmp_path}/runs/base/vocab.model is missing' in result.stderr
   assert not (tmp_path / 'o').exists()  # Nothing started.
+
+
+def fake_run(tmp_path):
+  """A corpus and a base run that pass the script's checks (the benches
+  themselves stop at the run's missing checkpoints)."""
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'data' / 'val.en').write_text('A dog.\n')
+  (tmp_path / 'runs' / 'base').mkdir(parents=True)
+  (tmp_path / 'runs' / 'base' / 'vocab.model').write_text('')
+  return str(tmp_path / 'data'), str(tmp_path / 'runs')
+
+
+def test_the_sharded_part_needs_several_devices(tmp_path):
+  """On one device the sharded part says it is skipped; on 8 simulated
+  CPU devices it starts the bench with the mesh and the table (which,
+  flags and config parsed, stops here at the fake run's missing
+  checkpoints)."""
+  data, runs = fake_run(tmp_path)
+  logs = {}
+  for devices in (1, 8):
+    out = tmp_path / f'out{devices}'
+    result = subprocess.run(
+        ['bash', SCRIPT, data, runs, str(out)], cwd=ROOT, capture_output=True,
+        text=True, timeout=120,
+        env={**os.environ, 'PARTS': 'sharded', 'JAX_PLATFORMS': 'cpu',
+             'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'})
+    assert result.returncode == 0, result.stderr
+    logs[devices] = (out / 'bench.log').read_text()
+  assert '== base_sharded: skipped, 1 device (it needs several)' in logs[1]
+  assert 'Error' not in logs[1]
+  assert '== base_sharded' in logs[8] and 'skipped' not in logs[8]
+  assert f'no checkpoints in {runs}/base' in logs[8]
