@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bpd_jax import generate
+from bpd_jax.bench import collectives
 from bpd_jax.bench import near_ties
 from bpd_jax.decoding import DecodeOptions, Sampler, Tree
 from bpd_jax.infra import ops
@@ -318,3 +319,25 @@ def test_decoded_exact_ties_give_the_one_device_tokens():
                     for d in decoders)
       np.testing.assert_array_equal(split, one)
       assert set(np.unique(one)) <= {0, 5} and (one == 5).any()
+
+
+@pytest.mark.parametrize('head_layer', ['independent', 'joint'])
+def test_a_blockwise_iteration_adds_only_the_heads_collectives(head_layer):
+  # Greedy: an all-reduce per sublayer and one for the embedding lookup,
+  # two for the argmax over the split vocabulary. Blockwise adds the sum of
+  # the heads' split hidden units and the argmax of their proposals (two):
+  # proposals are made at the accepted position, which the base's argmax
+  # decides first. The independent heads' input columns, interleaved by
+  # hidden unit, keep each device on the units its slice of w_out holds:
+  # no all-gather between the two.
+  model = paper_model(0, dtype='float32', head_layer=head_layer)
+  inputs = inputs_for(model)
+  mesh = sharding.make_mesh((2, 4), ('data', 'model'))
+  decoder = generate.Decoder(model, mesh=mesh, param_rules='tensor',
+                             log=lambda _: None)
+  counts = {name: collectives.per_iteration(decoder.lower(
+      inputs, DecodeOptions(max_len=MAX_LEN, k=k)).compile().as_text())
+            for name, k in (('greedy', 1), ('blockwise', 4))}
+  assert set(counts['blockwise'].counts) == {'all-reduce'}
+  assert counts['blockwise'].count == counts['greedy'].count + 3
+

@@ -65,9 +65,11 @@ class HeadWeights:
   Attributes:
     w_in: [d_model, hidden_total] input weights of the heads' hidden layer:
       the joint layer's whole hidden layer, or the independent heads' input
-      weights side by side (one product for all heads instead of `count`);
-      sequential heads: a tuple of `count` arrays [2 * d_model, hidden],
-      each head's own.
+      weights interleaved by hidden unit (column u * count + i is head i's
+      unit u: one product for all heads instead of `count`, and a split of
+      the columns over devices gives each the same units of every head,
+      those its slice of w_out holds); sequential heads: a tuple of `count`
+      arrays [2 * d_model, hidden], each head's own.
     b_in: [hidden_total] (sequential: `count` arrays [hidden]).
     w_out: [count, hidden, d_model] (independent: each head's own hidden
       slice), [hidden_total, count, d_model] (joint), or `count` arrays
@@ -112,8 +114,8 @@ def apply_heads(weights: HeadWeights, h: jax.Array) -> jax.Array:
       out = jnp.einsum('...f,fkd->...kd', hidden, weights.w_out)
     else:
       count, width = weights.w_out.shape[:2]
-      hidden = hidden.reshape(hidden.shape[:-1] + (count, width))
-      out = jnp.einsum('...kf,kfd->...kd', hidden, weights.w_out)
+      hidden = hidden.reshape(hidden.shape[:-1] + (width, count))
+      out = jnp.einsum('...fk,kfd->...kd', hidden, weights.w_out)
     states.append(h[..., None, :] + out + weights.b_out)
   return jnp.concatenate(states, axis=-2) if len(states) > 1 else states[0]
 
@@ -327,9 +329,10 @@ class ProposalHeads(nnx.Module):
       w_in, b_in = self.w_in[...], self.b_in[...]
       w_out = self.w_out[:, heads]
     else:
-      w_in = self.w_in[heads]  # [count, d, hidden] -> [d, count * hidden]
-      w_in = jnp.moveaxis(w_in, 0, 1).reshape(w_in.shape[1], -1)
-      b_in = self.b_in[heads].reshape(-1)
+      # [count, d, hidden] -> [d, hidden * count], by unit then head.
+      w_in = self.w_in[heads]
+      w_in = jnp.transpose(w_in, (1, 2, 0)).reshape(w_in.shape[1], -1)
+      b_in = self.b_in[heads].T.reshape(-1)
       w_out = self.w_out[heads]
     return HeadWeights(cast(w_in), cast(b_in), cast(w_out),
                        cast(self.b_out[heads]), base_first=base_first,
