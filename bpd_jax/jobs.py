@@ -99,6 +99,10 @@ def load(config, workdir: str, init: str = 'checkpoint'):
       none, the base of an imported checkpoint train.init_from names, with
       new heads) or 'random' (the config's seeded random weights; a
       missing vocabulary is trained).
+
+  The model is on JAX's default device, or in the host's memory where
+  mesh.param_rules split it (`factory.build_place`): the caller lays it
+  out (`evaluation.placement`, `generate.Decoder(mesh=, param_rules=)`).
   """
   if init not in INITS:
     raise ValueError(f'init={init!r} is not one of {INITS}.')
@@ -111,14 +115,15 @@ def load(config, workdir: str, init: str = 'checkpoint'):
   vocab_size = task.vocab.vocab_size
   factory.check_special_ids(factory.model_config_from(config, vocab_size),
                             task.vocab)  # Before any weights are read.
-  if init == 'random':
-    return factory.random_model(config, vocab_size), task
-  if not _has_checkpoints(workdir) and _imported_base(config):
-    print(f'No checkpoint in {workdir} yet: the model is the base of '
-          f'train.init_from={config.train.init_from} with new, untrained '
-          f'heads.', flush=True)
-    return factory.warm_started_model(config, vocab_size), task
-  return factory.restore_model(config, workdir, vocab_size), task
+  with factory.build_place(config):  # The host's memory, if split later.
+    if init == 'random':
+      return factory.random_model(config, vocab_size), task
+    if not _has_checkpoints(workdir) and _imported_base(config):
+      print(f'No checkpoint in {workdir} yet: the model is the base of '
+            f'train.init_from={config.train.init_from} with new, untrained '
+            f'heads.', flush=True)
+      return factory.warm_started_model(config, vocab_size), task
+    return factory.restore_model(config, workdir, vocab_size), task
 
 
 def _has_checkpoints(workdir: str) -> bool:

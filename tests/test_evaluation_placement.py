@@ -50,6 +50,20 @@ def test_a_report_on_split_parameters_decodes_as_one_device(monkeypatch,
   assert tuple(kernel.sharding.spec) == (None, 'model')
 
 
+def test_the_model_is_laid_out_as_the_rules_say():
+  # So that the report's passes beside decoding (perplexity, the heads'
+  # accuracy) run on the mesh too, not on one device or the host.
+  config = config_on((2, 4), 'tensor')
+  task = tasks.load_task(config.task, '/nonexistent')
+  model = factory.random_model(config, task.vocab.vocab_size)
+  mesh = sharding.make_mesh((2, 4), ('data', 'model'))
+  placed, placed_mesh, rules = placement.placement(model, config, mesh)
+  assert placed_mesh is mesh and rules == 'tensor'
+  kernel = placed.decoder_layers[0].ffn.up.kernel[...]
+  assert tuple(kernel.sharding.spec) == (None, 'model')
+  assert len(kernel.sharding.device_set) == 8
+
+
 def test_split_parameters_need_a_batch_the_data_axis_divides():
   config = config_on((2, 4), 'tensor', batch_size=1)
   mesh = sharding.make_mesh((2, 4), ('data', 'model'))

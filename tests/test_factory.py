@@ -30,6 +30,31 @@ def test_random_model_is_the_configs_seeded_model():
     np.testing.assert_array_equal(a, b)
 
 
+def devices_of(tree):
+  return {device for leaf in jax.tree.leaves(tree) for device in
+          leaf.devices()}
+
+
+def test_a_model_split_later_is_built_in_the_hosts_memory(monkeypatch,
+                                                          tmp_path):
+  # On an accelerator the host is the CPU backend; here it is device 0,
+  # so a simulated one stands in for it.
+  host = jax.devices()[-1]
+  monkeypatch.setattr(factory, 'host_device', lambda: host)
+  split = tiny_config(mesh=dict(shape=(2, 4), axes=('data', 'model'),
+                                param_rules='tensor'))
+  with factory.build_place(split):
+    model = factory.random_model(split, vocab_size=40)
+  assert devices_of(nnx.state(model)) == {host}
+  save(model, tmp_path)
+  with factory.build_place(split):
+    restored = factory.restore_model(split, str(tmp_path), vocab_size=40)
+  assert devices_of(nnx.state(restored)) == {host}
+  with factory.build_place(tiny_config()):  # Replicated: the default.
+    model = factory.random_model(tiny_config(), vocab_size=40)
+  assert devices_of(nnx.state(model)) == {jax.devices()[0]}
+
+
 def test_restore_takes_every_parameter_of_the_latest_checkpoint(tmp_path):
   config = tiny_config()
   config.seed = 7  # Not restore's own initialisation (seed 0).

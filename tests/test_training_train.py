@@ -21,6 +21,7 @@ from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
 from bpd_jax.training import losses
 from bpd_jax.training import optim
+from bpd_jax.training import step as step_lib
 from bpd_jax.training import train
 
 from train_configs import ROOT
@@ -255,11 +256,24 @@ def loss_curve(lines):
 
 @pytest.mark.slow
 def test_split_parameters_follow_one_device_and_restore_on_other_meshes(
-    tmp_path):
+    tmp_path, monkeypatch):
   # Split parameters change only the order of sums (GSPMD's all-reduces),
   # so the curves agree as the data-parallel one above does. A checkpoint
   # of the (2, 4) 'tensor' run resumes on (8, 1) 'fsdp' and on one device
-  # with its parameters, placed as the new mesh's rules say.
+  # with its parameters, placed as the new mesh's rules say. A split model
+  # is built in the host's memory (a simulated device stands in for it
+  # here), a replicated one on the default device, then laid out.
+  host = jax.devices()[-1]
+  monkeypatch.setattr(factory, 'host_device', lambda: host)
+  built_on = []
+  real_start = step_lib.TrainStates.start
+
+  def start(self, params, phase):
+    built_on.append({d for leaf in jax.tree.leaves(params)
+                     for d in leaf.devices()})
+    return real_start(self, params, phase)
+  monkeypatch.setattr(step_lib.TrainStates, 'start', start)
+
   def run(name, shape, rules):
     config = tiny_config(
         train=dict(base_steps=8, head_steps=4, log_every=2),
@@ -269,8 +283,12 @@ def test_split_parameters_follow_one_device_and_restore_on_other_meshes(
     return model, lines
 
   _, one_device = run('one', (1, 1), ())
+  assert built_on[0] == {jax.devices()[0]}
   tensor_model, tensor_lines = run('tensor', (2, 4), 'tensor')
   _, fsdp_lines = run('fsdp', (8, 1), 'fsdp')
+  # Each run's first phase, then its heads phase on the trained base.
+  assert [len(devices) for devices in built_on] == [1, 1, 1, 8, 1, 8]
+  assert built_on[2] == built_on[4] == {host}
   assert len(loss_curve(one_device)) == 6
   for lines in (tensor_lines, fsdp_lines):
     np.testing.assert_allclose(loss_curve(lines), loss_curve(one_device),

@@ -4,6 +4,7 @@ import jax
 from flax import nnx
 
 from bpd_jax.infra import errors
+from bpd_jax.infra import sharding
 
 
 def placement(model, config, mesh, log=print):
@@ -24,7 +25,13 @@ def placement(model, config, mesh, log=print):
   rules = config.mesh.param_rules
   data_devices = mesh.shape[config.mesh.data_axis]
   if config.eval.batch_size % data_devices == 0:
-    return model, mesh, rules
+    # Laid out as the rules say (replicated without), so that the
+    # report's other passes over the model (perplexity, the heads'
+    # accuracy) run on the mesh too; the Decoder keeps this layout.
+    graphdef, state = nnx.split(model)
+    state = jax.device_put(state, sharding.param_shardings(
+        state, mesh, rules, log=lambda _: None))
+    return nnx.merge(graphdef, state), mesh, rules
   if rules:
     raise errors.ConfigError(
         f'eval.batch_size={config.eval.batch_size} does not split over the '

@@ -8,8 +8,13 @@ another run or an imported checkpoint where train.init_from names one
 (`warm_started_model`), or the config's seeded random weights
 (`random_model`). The vocabulary size comes from the task, which
 the caller loads: nothing here reads data.
+
+A model whose parameters a config splits over a mesh (mesh.param_rules)
+may not fit one accelerator: the jobs build or read it in the host's
+memory (`build_place`), then split it over the mesh.
 """
 
+import contextlib
 import dataclasses
 import os
 
@@ -23,6 +28,22 @@ from bpd_jax.models import imports
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.rotary import RopeScaling
 from bpd_jax.models.transformer import Transformer, TransformerConfig
+
+
+def host_device() -> jax.Device:
+  """The host's memory, as a device: the CPU backend's first local one
+  (on a machine without accelerators, the default device itself)."""
+  return jax.local_devices(backend='cpu')[0]
+
+
+def build_place(config):
+  """A context in which a job builds, imports or reads its model: the
+  host's memory when mesh.param_rules split the parameters (a model too
+  large for one accelerator is never whole on one; the caller then lays
+  it out over the mesh), else JAX's default device."""
+  if config.mesh.param_rules:
+    return jax.default_device(host_device())
+  return contextlib.nullcontext()
 
 
 def model_config_from(config, vocab_size: int) -> TransformerConfig:

@@ -142,15 +142,19 @@ def train(config, workdir: str, log=print, evaluate=None):
     raise
   except ValueError as error:  # No training example to learn from.
     raise errors.DataError(str(error)) from error
-  graphdef, params = nnx.split(
-      Transformer(model_config, rngs=nnx.Rngs(config.seed)))
-  states = step_lib.TrainStates(phases, train_config, params,
-                                _param_shardings(config, params, mesh), mesh)
   checkpoints = checkpoints_lib.Checkpoints(
       os.path.join(workdir, 'checkpoints'), train_config.keep_checkpoints,
       log=log, read_unverified=train_config.read_unverified)
-  state = _restore_or_start(config, workdir, checkpoints, states, params,
-                            model_config, log)
+  # Built (and warm-started) in the host's memory where the parameters
+  # are split, then laid out over the mesh by `states.start`.
+  with factory.build_place(config):
+    graphdef, params = nnx.split(
+        Transformer(model_config, rngs=nnx.Rngs(config.seed)))
+    states = step_lib.TrainStates(
+        phases, train_config, params,
+        _param_shardings(config, params, mesh), mesh)
+    state = _restore_or_start(config, workdir, checkpoints, states, params,
+                              model_config, log)
   run = _Run(config, workdir, states, graphdef, data,
              sharding.batch_sharding(mesh, config.mesh.data_axis),
              checkpoints, task, evaluate, log)
