@@ -4,6 +4,8 @@ benches themselves are the bench job's, tested in test_bench_*)."""
 import os
 import subprocess
 
+import pytest
+
 from train_configs import ROOT
 
 SCRIPT = os.path.join(ROOT, 'scripts', 'accelerator_bench.sh')
@@ -42,6 +44,7 @@ def fake_run(tmp_path):
   return str(tmp_path / 'data'), str(tmp_path / 'runs')
 
 
+@pytest.mark.slow
 def test_the_sharded_part_needs_several_devices(tmp_path):
   """On one device the sharded part says it is skipped; on 8 simulated
   CPU devices it starts the bench with the mesh and the table (which,

@@ -157,6 +157,7 @@ def test_two_processes_read_their_own_wmt_shards(tmp_path):
   assert (tmp_path / 'vocab.model').exists()
 
 
+@pytest.mark.slow
 def test_two_processes_decode_on_split_parameters(tmp_path):
   """Two processes of 4 devices each decode on a (2, 4) mesh with the
   'tensor' rules (parameters and cache split over 'model', the batch over
