@@ -26,6 +26,7 @@ def mesh_config(shape=(2, 4), axes=('data', 'model'), rules=()):
   return tiny_config(mesh=dict(shape=shape, axes=axes, param_rules=rules))
 
 
+@pytest.mark.slow  # The parts' own tests run by default.
 def test_a_row_per_rule_set_with_memory_and_collectives():
   model = small_model()
   inputs = np.full((3, 5), 7, np.int32)  # 3 rows: repeated up to 4.

@@ -335,9 +335,14 @@ def test_approximate_criteria_run_and_accept_more():
 
 
 @pytest.mark.parametrize('k,head_layer,encoder_layers,architecture', [
-    *((8, drafter, 2, 'paper') for drafter in DRAFTERS),
+    # Every head type at the paper's k; the draft layer's options (20-30 s
+    # each at k=8) at k=3 by default.
+    *((8, drafter, 2, 'paper') for drafter in HEAD_LAYERS),
+    *(pytest.param(8, drafter, 2, 'paper', marks=pytest.mark.slow)
+      for drafter in DRAFTERS[len(HEAD_LAYERS):]),
     (8, 'autoregressive:features=0', 0, 'paper'),  # Decoder-only, lower layer.
     (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
+    (3, 'autoregressive:source=own', 2, 'paper'),
     # Every head type on a Llama-family base (decoder-only, as the family
     # is), each verified as a tree too; the draft layer reading the source
     # through an encoder-decoder's grouped keys and values.
@@ -347,8 +352,6 @@ def test_approximate_criteria_run_and_accept_more():
     pytest.param(3, 'independent', 2, 'paper', marks=pytest.mark.slow),
     pytest.param(3, 'joint', 2, 'paper', marks=pytest.mark.slow),
     pytest.param(3, 'autoregressive:source=base', 2, 'paper',
-                 marks=pytest.mark.slow),
-    pytest.param(3, 'autoregressive:source=own', 2, 'paper',
                  marks=pytest.mark.slow),
     *(pytest.param(3, drafter, 0, 'llama', marks=pytest.mark.slow)
       for drafter in (*HEAD_LAYERS, 'autoregressive:features=0'))])
@@ -379,8 +382,10 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
-    (2, 'independent'), (2, 'sequential'), (0, 'autoregressive'),
-    pytest.param(0, 'independent', marks=pytest.mark.slow)])
+    # Split parameters: tests/test_generate_sharded.py.
+    (2, 'independent'),
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in (
+        (2, 'sequential'), (0, 'autoregressive'), (0, 'independent')))])
 def test_sharded_over_8_devices_equals_unsharded(encoder_layers, head_layer):
   assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
   mesh = jax.make_mesh((8,), ('data',),

@@ -70,7 +70,8 @@ def assert_base_is_the_checkpoints(model, folder):
     np.testing.assert_array_equal(trained[name], value, err_msg=name)
 
 
-@pytest.mark.parametrize('folder', [TINY_LLAMA3, TINY_GPT2])
+@pytest.mark.parametrize('folder', [
+    TINY_LLAMA3, pytest.param(TINY_GPT2, marks=pytest.mark.slow)])
 def test_heads_train_on_the_frozen_base_and_decode_exactly(folder,
                                                            code_folder,
                                                            tmp_path):

@@ -174,6 +174,7 @@ def test_exact_blockwise_equals_greedy_on_imported_models(family_name,
     np.testing.assert_array_equal(result.lengths, reference.lengths)
 
 
+@pytest.mark.slow  # 25 s; tests/test_sampling.py's Llama-like case runs by default.
 def test_blockwise_sampling_keeps_an_imported_models_distribution():
   """Two tokens sampled after a prompt (top 3 of each step, temperature
   0.7) by blockwise sampling with random heads: the chi-square test
