@@ -1,14 +1,12 @@
-"""Benchmark job: greedy and blockwise decoding side by side.
-
-    python -m bpd_jax.bench --config=configs/demo.py --workdir=/tmp/bpd_demo
+"""Benchmark job: greedy and blockwise decoding side by side
+(`python -m bpd_jax.bench --config=configs/demo.py --workdir=/tmp/bpd_demo`).
 
 Times, per batch size, greedy decoding and the sweep of `bench/settings.py`
 (blockwise k x criteria x minimum blocks, trees, k='auto', sampling) on the
-first --examples sentences of the eval split, interleaved, --repeats
-rounds, medians; writes OUTPUT_DIR/bench.json, .md and .png (the columns:
-docs/guide/benchmarks.md). --quick: a run under a minute, the machinery only.
-Meshes, mesh.param_rules and --sharding_table: bench/sharded.py.
-"""
+first --examples sentences of the eval split, interleaved, --repeats rounds,
+medians; writes OUTPUT_DIR/bench.json, .md and .png (the columns:
+docs/guide/benchmarks.md). --quick: under a minute, the machinery only;
+meshes, mesh.param_rules, --sharding_table: bench/sharded.py."""
 
 import os
 import time
@@ -36,28 +34,24 @@ def main(argv):
   sources, _ = task.sources(split, decoder.config.max_source_len,
                             plan.examples)
   references = [target for _, target in task.pairs(split)[:plan.examples]]
+  bleu = lambda tokens: text.bleu(
+      [task.vocab.decode(row) for row in tokens], references,
+      tokenized_text=task.vocab.tokenized_text)[0]
   tuning = plan.tune(decoder, task, max_len)
-
-  def bleu(tokens):
-    return text.bleu([task.vocab.decode(row) for row in tokens], references,
-                     tokenized_text=task.vocab.tokenized_text)[0]
-
   begin = time.perf_counter()
   batches = plan.batches(sources, decoder.config.max_source_len,
                          decoder.config.pad_id)
-  rows = runner.run(
-      decoder, batches, plan.settings(tuning), max_len=max_len,
-      repeats=plan.repeats, quality=bleu,
-      progress=lambda line: print(line, flush=True))
-  table = None
-  if plan.sharding_table:  # Each rule set on the config's mesh.
-    table = sharded.table(job.model, config, batches[max(batches)][0][0],
-                          max_len=max_len, k=max(plan.ks))
+  rows = runner.run(decoder, batches, plan.settings(tuning), max_len=max_len,
+                    repeats=plan.repeats, quality=bleu,
+                    progress=lambda line: print(line, flush=True))
+  table = (sharded.table(job.model, config, batches[max(batches)][0][0],
+                         max_len=max_len, k=max(plan.ks))
+           if plan.sharding_table else None)  # Each rule set on the mesh.
   meta = report.meta(config, job.workdir, init=_INIT.value,
                      examples=len(sources), repeats=plan.repeats,
                      seconds=time.perf_counter() - begin)
-  output_dir = plan.output_dir or os.path.join(job.workdir, 'bench')
-  paths = report.write(rows, meta, output_dir, table)
+  paths = report.write(rows, meta, plan.output_dir or os.path.join(
+      job.workdir, 'bench'), table)
   print(report.tables(rows, table))
   print(f'Wrote {paths["json"]}, {paths["markdown"]} and {paths["plot"]}.')
 
