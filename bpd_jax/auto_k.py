@@ -331,7 +331,8 @@ def tune_k(decoder, inputs, *, max_len: int,
     max_len: most tokens to generate per example.
     criterion: the verification criterion the decodes will use.
     batch_size: examples decoded together here (no effect on the
-      statistics).
+      statistics; on a Decoder's mesh, each batch's rows are repeated up
+      to a multiple of its data axis's devices).
     margin: the fraction of greedy's expected time blockwise decoding must
       save to be chosen.
     candidates: the block sizes to choose from (greedy always is one);
@@ -361,14 +362,26 @@ def tune_k(decoder, inputs, *, max_len: int,
                      f'{1 + sum(top_t ** d for d in range(1, heads))} '
                      f'nodes.')
 
+  # A Decoder on a mesh splits each batch over its data axis: a batch's
+  # rows are repeated up to a multiple of its devices, and the repeats
+  # left out of the statistics.
+  rows = 1 if decoder.mesh is None else decoder.mesh.shape[
+      decoder.batch_axis]
+
   def decode(k):
     options = decoding.DecodeOptions(max_len=max_len, k=k,
                                      criterion=criterion)
-    return [decoder.decode(inputs[start:start + batch_size], options)
-            for start in range(0, len(inputs), batch_size)]
+    results = []
+    for start in range(0, len(inputs), batch_size):
+      batch = inputs[start:start + batch_size]
+      whole = np.resize(batch, (-(-len(batch) // rows) * rows,
+                                batch.shape[1]))
+      results.append((decoder.decode(whole, options), len(batch)))
+    return results
 
   def histogram(results):
-    return np.concatenate([np.asarray(r.block_sizes) for r in results])
+    return np.concatenate([np.asarray(r.block_sizes)[:real]
+                           for r, real in results])
 
   results = decode(heads)
   appended = histogram(results)
@@ -379,8 +392,10 @@ def tune_k(decoder, inputs, *, max_len: int,
   if tree_sizes:
     # Exact decoding's outputs are greedy's: the heads' ranks of the right
     # tokens, teacher-forced on them.
-    outputs = np.concatenate([np.asarray(r.tokens) for r in results])
-    lengths = np.concatenate([np.asarray(r.lengths) for r in results])
+    outputs = np.concatenate([np.asarray(r.tokens)[:real]
+                              for r, real in results])
+    lengths = np.concatenate([np.asarray(r.lengths)[:real]
+                              for r, real in results])
     top = predictions.head_predictions(
         decoder.model, np.asarray(inputs), outputs, heads=heads, top_t=top_t,
         batch_size=batch_size)[0]

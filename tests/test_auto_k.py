@@ -7,6 +7,7 @@ from flax import nnx
 from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import generate
+from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
 
 # Two examples, max_k = 4: the first always has 4 tokens a call (8 tokens in
@@ -102,6 +103,17 @@ def test_tune_k_measures_each_smaller_candidate():
                              np.asarray(at_2.model_calls))
   np.testing.assert_allclose(tuning.mean_block(2), np.asarray(
       at_2.lengths) / np.asarray(at_2.model_calls))
+
+
+def test_tune_k_on_a_mesh_repeats_rows_up_to_its_data_axis():
+  # 4 calibration rows in batches of 3 over a data axis of 2: the batch
+  # of 1 left over is decoded as 2 rows, and its repeat left out.
+  model, inputs = model_and_inputs()
+  mesh = sharding.make_mesh((2,), ('data',))
+  tuning = auto_k.tune_k(generate.Decoder(model, mesh=mesh), inputs,
+                         max_len=12, batch_size=3, every_k=False)
+  reference = generate.Decoder(model).blockwise(inputs, k=3, max_len=12)
+  np.testing.assert_array_equal(tuning.appended, reference.block_sizes)
 
 
 def test_measured_blocks_replace_the_estimate():

@@ -10,7 +10,6 @@ and the sweep of settings it times.
 import dataclasses
 from typing import Sequence
 
-import numpy as np
 from absl import app
 from absl import flags
 
@@ -147,9 +146,7 @@ class Plan:
 
   def tune(self, decoder, task, max_len: int) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training
-    sources (not the timed ones); None without them. On a mesh its
-    batches split over the data axis: the sources are repeated up to a
-    multiple of its devices, and decoded 8 or that many at a time."""
+    sources (not the timed ones); None without them."""
     if not self.calibration_examples:
       return None
     max_source_len = decoder.config.max_source_len
@@ -157,15 +154,10 @@ class Plan:
                                   self.calibration_examples)
     print(f'Tuning k=auto on {len(calibration)} training sources...',
           flush=True)
-    inputs = batching.pad_rows(calibration, max_source_len,
-                               pad_id=decoder.config.pad_id)
-    rows = (1 if decoder.mesh is None
-            else decoder.mesh.shape[decoder.batch_axis])
-    inputs = np.resize(inputs, (-(-len(inputs) // rows) * rows,
-                                inputs.shape[1]))
     return auto_k.tune_k(
-        decoder, inputs, max_len=max_len, batch_size=-(-8 // rows) * rows,
-        candidates=self.ks, tree_sizes=self.tree_sizes)
+        decoder, batching.pad_rows(calibration, max_source_len,
+                                   pad_id=decoder.config.pad_id),
+        max_len=max_len, candidates=self.ks, tree_sizes=self.tree_sizes)
 
   def batches(self, sources, max_source_len: int, pad_id: int) -> dict:
     """{batch size: [(inputs [batch, length], real rows)]} of `sources`,
