@@ -53,6 +53,7 @@ from bpd_jax import decoding
 from bpd_jax import predictions
 from bpd_jax import timing
 from bpd_jax.infra import atomic_files
+from bpd_jax.infra import sharding
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512
@@ -374,9 +375,8 @@ def tune_k(decoder, inputs, *, max_len: int,
     results = []
     for start in range(0, len(inputs), batch_size):
       batch = inputs[start:start + batch_size]
-      whole = np.resize(batch, (-(-len(batch) // rows) * rows,
-                                batch.shape[1]))
-      results.append((decoder.decode(whole, options), len(batch)))
+      results.append((decoder.decode(sharding.repeat_rows(batch, rows),
+                                     options), len(batch)))
     return results
 
   def histogram(results):

@@ -154,8 +154,7 @@ def _check_param_rules(mesh, ev) -> None:
     if rules not in sharding.RULE_SETS:
       raise ValueError(f'mesh.param_rules={rules!r} is not one of '
                        f'{sharding.RULE_SETS}, nor (regex, spec) pairs.')
-    needed = {'tensor': sharding.TENSOR_AXIS,
-              'fsdp': sharding.FSDP_AXIS}[rules]
+    needed = sharding.RULE_SET_AXES[rules]
     if needed not in axes:
       raise ValueError(f'mesh.param_rules={rules!r} splits over a '
                        f'{needed!r} mesh axis; mesh.axes={axes} (e.g. '
@@ -178,12 +177,8 @@ def _check_param_rules(mesh, ev) -> None:
         raise ValueError(f'mesh.param_rules entry {tuple(pair)!r} names '
                          f'{unknown[0]!r}, not one of mesh.axes={axes}.')
   data_devices = dict(zip(axes, mesh.shape))[mesh.data_axis]
-  if data_devices != -1 and ev.batch_size % data_devices:
-    raise ValueError(f'eval.batch_size={ev.batch_size} does not split over '
-                     f'the {data_devices} devices of the data axis, and '
-                     f'mesh.param_rules={rules!r} keeps the parameters split '
-                     f'over the mesh: use a batch size that the data axis '
-                     f'divides, or a data axis of 1 (mesh.shape=(1, -1)).')
+  if data_devices != -1:  # Else known when the devices are (`placement`).
+    sharding.check_eval_batch(ev.batch_size, data_devices, rules)
 
 
 def _check_decoders(ev, model) -> None:

@@ -34,7 +34,6 @@ from bpd_jax.infra import sharding
 
 # Row name -> param_rules; each needs its mesh axis.
 RULE_SETS = {'replicated': (), 'tensor': 'tensor', 'fsdp': 'fsdp'}
-_AXES = {'tensor': sharding.TENSOR_AXIS, 'fsdp': sharding.FSDP_AXIS}
 MEMORY_PARTS = ('params', 'optimizer', 'cache')
 DECODES = ('greedy', 'blockwise')
 
@@ -88,14 +87,12 @@ def table(model, config, inputs: np.ndarray, *, max_len: int, k: int,
   jax.clear_caches()
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   batch_axis = config.mesh.data_axis
-  devices = mesh.shape[batch_axis]
-  inputs = np.resize(inputs, (-(-len(inputs) // devices) * devices,
-                              inputs.shape[1]))
+  inputs = sharding.repeat_rows(inputs, mesh.shape[batch_axis])
   options = dict(greedy=decoding.DecodeOptions(max_len=max_len),
                  blockwise=decoding.DecodeOptions(max_len=max_len, k=k))
   rows = []
   for name, rules in RULE_SETS.items():
-    if name in _AXES and _AXES[name] not in mesh.shape:
+    if sharding.RULE_SET_AXES.get(rules) not in (None, *mesh.shape):
       continue
     held = sharded_memory.per_device(
         model, config.train, mesh, rules, batch_axis=batch_axis,

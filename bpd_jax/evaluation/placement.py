@@ -3,7 +3,6 @@
 import jax
 from flax import nnx
 
-from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
 
 
@@ -32,13 +31,7 @@ def placement(model, config, mesh, log=print):
     state = jax.device_put(state, sharding.param_shardings(
         state, mesh, rules, log=lambda _: None))
     return nnx.merge(graphdef, state), mesh, rules
-  if rules:
-    raise errors.ConfigError(
-        f'eval.batch_size={config.eval.batch_size} does not split over the '
-        f'{data_devices} devices of the data axis, and mesh.param_rules='
-        f'{rules!r} keeps the parameters split over the mesh: use a batch '
-        f'size that the data axis divides, or a mesh whose data axis is 1 '
-        f'(mesh.shape=(1, -1)).')
+  sharding.check_eval_batch(config.eval.batch_size, data_devices, rules)
   log(f'eval.batch_size={config.eval.batch_size} does not split over the '
       f'{data_devices} devices of the data axis: decoding on one device '
       f'per process.')

@@ -36,8 +36,10 @@ class Report(Protocol):
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
     most `max_len` tokens each, the batch sharded over `mesh` (None: one
-    device) and the parameters split as `param_rules` say, timing `repeats` interleaved rounds; returns the result: 'rows', one per decoder (the names of
-    the decoders), beside any baseline's, and the kind's own figures."""
+    device) and the parameters split as `param_rules` say, timing
+    `repeats` interleaved rounds; returns the result: 'rows', one per
+    decoder (the names of the decoders), beside any baseline's, and the
+    kind's own figures."""
 
   def write(self, result: dict, config, workdir: str,
             log: Callable[[str], None]) -> None:

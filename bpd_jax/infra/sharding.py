@@ -31,8 +31,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from bpd_jax.infra import errors
+
 TENSOR_AXIS = 'model'  # The mesh axis 'tensor' splits over.
 FSDP_AXIS = 'data'  # The mesh axis 'fsdp' splits over.
+# The shipped rule sets and the mesh axis each splits over.
+RULE_SET_AXES = {'tensor': TENSOR_AXIS, 'fsdp': FSDP_AXIS}
+RULE_SETS = tuple(RULE_SET_AXES)
 
 # Megatron-style tensor parallelism for every model of the project (its
 # Transformer, encoder-decoder or decoder-only, the imported GPT-2 and
@@ -84,7 +89,6 @@ TENSOR_RULES = (
     (r'(self_attention/\d+|memory/\d+|draft/attention|draft/source)/'
      r'(key|value)', (None, None, TENSOR_AXIS, None)),
 )
-RULE_SETS = ('tensor', 'fsdp')
 
 
 def make_mesh(shape: Sequence[int], axis_names: Sequence[str]):
@@ -130,11 +134,10 @@ def param_shardings(params, mesh, rules, log=print):
       has more entries than the parameter has dimensions, or (a rule of
       your own) splits a dimension unevenly.
   """
+  if isinstance(rules, str) and rules in RULE_SET_AXES:
+    _check_axis(mesh, RULE_SET_AXES[rules], rules)
   if rules == 'fsdp':
-    _check_axis(mesh, FSDP_AXIS, 'fsdp')
     return _fsdp(params, mesh, log)
-  if rules == 'tensor':
-    _check_axis(mesh, TENSOR_AXIS, 'tensor')
   return _by_rules(params, mesh, rules, None, log)
 
 
@@ -274,6 +277,31 @@ def device_bytes(tree) -> dict:
     for shard in leaf.addressable_shards:
       held[shard.device] += shard.data.nbytes
   return dict(held)
+
+
+def check_eval_batch(batch_size: int, data_devices: int, rules) -> None:
+  """An eval batch of `batch_size` must split over the data axis's
+  `data_devices` devices where `rules` split the parameters: they cannot
+  be gathered onto one device to decode a batch there.
+
+  Raises:
+    errors.ConfigError: it does not.
+  """
+  if rules and batch_size % data_devices:
+    raise errors.ConfigError(
+        f'eval.batch_size={batch_size} does not split over the '
+        f'{data_devices} devices of the data axis, and mesh.param_rules='
+        f'{rules!r} keeps the parameters split over the mesh: use a batch '
+        f'size that the data axis divides, or a data axis of 1 '
+        f'(mesh.shape=(1, -1)).')
+
+
+def repeat_rows(rows: np.ndarray, multiple: int) -> np.ndarray:
+  """`rows` repeated in order up to a multiple of `multiple` rows: a
+  batch that splits over a data axis of that many devices (the caller
+  drops the repeats' results)."""
+  return np.resize(rows, (-(-len(rows) // multiple) * multiple,)
+                   + rows.shape[1:])
 
 
 def batch_sharding(mesh, data_axis: str) -> NamedSharding:
