@@ -51,6 +51,7 @@ def check(config) -> None:
   _check_phases(train, model)
   _check_head_positions(train, model)
   _check_head_targets(train, model)
+  _check_mixture(train, model)
   criteria = ev.get('criteria')
   if not criteria or isinstance(criteria, str):
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
@@ -102,6 +103,15 @@ def _check_rates(train) -> None:
             default=0.0)
   number_in(train, 'train', 'head_position_fraction', 0, 1, open_low=True)
   number_in(train, 'train', 'clip_norm', 0)
+
+
+def _check_mixture(train, model) -> None:
+  """A mixture output's distribution is its own (models/mixture.py):
+  label smoothing would spread mass onto ids it gives none (pad, eos)."""
+  if model.mixture is not None and train.label_smoothing:
+    raise ValueError(f'train.label_smoothing={train.label_smoothing} with '
+                     f'a mixture output (model.mixture_components='
+                     f'{model.mixture.components}): set it to 0.0.')
 
 
 def _check_base_learning_rate_scale(train) -> None:

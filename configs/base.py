@@ -60,6 +60,11 @@ def get_config():
   # Lower decoder layers (0-based, below the top) whose outputs the
   # autoregressive draft layer reads beside the top one (EAGLE-3); ().
   model.draft_feature_layers = ()
+  # The output: a softmax over the vocabulary (0), or a discretized logistic
+  # mixture of this many components over an image task's ordered values
+  # (models/mixture.py), whose lowest value has id mixture_first_id.
+  model.mixture_components = 0
+  model.mixture_first_id = 3  # After pad, eos, bos (tasks/images/tokens.py).
 
   config.train = train = ml_collections.ConfigDict()
   train.batch_size = 64  # Examples a step, over all devices.

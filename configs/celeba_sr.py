@@ -20,6 +20,10 @@ of this one config:
     runlocal         a tiny model on TFDS mock data, 16x16 from 8x8: any
                      row in a few minutes on a CPU, no data needed (checks
                      the setup)
+    targets=T        'residuals' (default: each output intensity minus the
+                     input's bicubic upsampling there) or 'intensities'
+    mixture=M        a discretized logistic mixture of M components over
+                     the values (default 5; 0: a softmax over them)
 
 First, once, on a machine with the data (TFDS downloads CelebA from its
 source; array_record is the format `tfds.data_source` reads):
@@ -46,7 +50,10 @@ shows input, bicubic, every decoder's output and the ground truth. Each
 process reads and preprocesses only its shard of the training split
 (cached in WORKDIR/data).
 
-The model is our choice where the paper leaves it open: encoder 4 layers
+The model and loss are configs/sr_demo.py's (docs/guide/images.md): the
+decoder writes residuals from bicubic upsampling, and its output is a
+discretized logistic mixture (PixelCNN++'s, which the Image Transformer
+uses). The sizes are our choice where the paper leaves them open: encoder 4 layers
 over the 192 input intensities, decoder 8 layers with local 1D attention
 (query blocks of 96 positions, one image row, and the row above),
 d_model 512, d_ff 2048, 8 attention heads, image positions, batches of
@@ -68,7 +75,8 @@ BASES = ('frozen', 'finetuned')
 def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
-      data_dir='~/tensorflow_datasets', runlocal=False)
+      data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
+      mixture=5)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
@@ -100,6 +108,9 @@ def get_config(arg=None):
   task.low_res = low_res  # Side of the inputs, area-downsampled from targets.
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
+  # Target ids: 'residuals' from the input's bicubic upsampling (the model
+  # starts from bicubic's image), or 'intensities' themselves.
+  task.targets = options['targets']
 
   model = config.model
   model.size = 'tiny' if local else 'base'  # Starting sizes, overridden below.
@@ -121,6 +132,9 @@ def get_config(arg=None):
   model.num_proposal_heads = k  # k heads; decoding may use any k up to this.
   model.head_layer = 'joint'  # The paper's head: one shared hidden layer.
   model.head_hidden = 32 if local else 2048  # Hidden width of the head layer.
+  # Output: a discretized logistic mixture of this many components over the
+  # values (127 is near 128); 0: a softmax that treats every miss alike.
+  model.mixture_components = options['mixture']
 
   train = config.train
   train.batch_size = 8 if local else 32  # Images a step, over all devices.

@@ -39,7 +39,8 @@ base = config_options.sibling(__file__, 'base')
 
 
 def get_config(arg=None):
-  options = config_options.parse(arg, quick=False)
+  options = config_options.parse(arg, quick=False, targets='residuals',
+                                 mixture=5)
   quick = options['quick']
   high_res, low_res = 16, 8
   config = base.get_config()
@@ -52,6 +53,9 @@ def get_config(arg=None):
   task.scales = (1, 2, 4, 8)  # Photo downsampling factors crops come from.
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
+  # Target ids: 'residuals' from the input's bicubic upsampling (the model
+  # starts from bicubic's image), or 'intensities' themselves.
+  task.targets = options['targets']
 
   model = config.model
   model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.
@@ -72,6 +76,9 @@ def get_config(arg=None):
   model.max_target_len = high_res * high_res * 3 + 8  # Output + k positions.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
   model.head_hidden = 128  # Hidden width of one head's layer.
+  # Output: a discretized logistic mixture of this many components over the
+  # values (127 is near 128); 0: a softmax that treats every miss alike.
+  model.mixture_components = options['mixture']
 
   train = config.train
   train.batch_size = 16  # Images a step, over all devices.

@@ -251,11 +251,30 @@ def test_a_missing_field_is_named():
     ('tfds_images', 'dataset', '', "task.dataset='' must be a TFDS name"),
     ('tfds_images', 'mock_examples', -1, 'task.mock_examples=-1 must be an '
      'integer >= 0'),
+    ('embedded_images', 'targets', 'deltas', "task.targets='deltas' is not "
+     'one of'),
+    ('tfds_images', 'targets', 'deltas', "task.targets='deltas' is not one "
+     'of'),
 ])
 def test_bad_image_task_fields(name, field, value, message):
   config = image_config(name)
   config.task[field] = value
   with pytest.raises(ValueError, match=message):
+    config_checks.check(config)
+
+
+def test_a_mixture_output_takes_no_label_smoothing():
+  config = image_config()
+  config.model.mixture_components = 3
+  config.train.label_smoothing = 0.0
+  config_checks.check(config)
+  config.train.label_smoothing = 0.1
+  with pytest.raises(ValueError, match=(
+      r'train.label_smoothing=0.1 with a mixture output \(model.'
+      r'mixture_components=3\): set it to 0.0')):
+    config_checks.check(config)
+  config.model.mixture_components = -1
+  with pytest.raises(ValueError, match='mixture.components=-1 must be'):
     config_checks.check(config)
 
 

@@ -11,7 +11,9 @@ from bpd_jax.evaluation import image
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.tasks.images import task as image_task
+from bpd_jax.tasks.images.tokens import ImageVocabulary
 
 import train_configs
 
@@ -36,11 +38,16 @@ def test_ssim_is_1_for_identical_images_and_lower_otherwise():
   assert image.ssim(truth[:, :4, :4], truth[:, :4, :4]) == 1.0
 
 
-def test_bicubic_keeps_a_flat_image_flat():
-  low = np.full((2, 4, 4, 3), 77, np.uint8)
-  up = image.bicubic(low, 16)
-  assert up.shape == (2, 16, 16, 3) and up.dtype == np.uint8
-  assert (up == 77).all()
+def test_flat_images_are_one_colour_whatever_the_colour():
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+  images[1] = 200  # Flat.
+  images[2] = [10, 120, 240]  # Flat, and not grey.
+  images[3, ..., 0] = 9  # One channel flat: an image still.
+  assert image.flat_images(images) == 2
+  noise = np.clip(images[1:2] + rng.integers(-3, 4, images[1:2].shape),
+                  0, 255).astype(np.uint8)
+  assert image.flat_images(noise) == 1  # Below FLAT_STD.
 
 
 def test_decoders_are_greedy_then_every_k_and_criterion():
@@ -51,23 +58,26 @@ def test_decoders_are_greedy_then_every_k_and_criterion():
   assert 'blockwise k=8 distance:16' in names
 
 
-def tiny_image_task(count=5, high=4, low=2):
+def tiny_image_task(count=5, high=4, low=2, targets='intensities'):
   rng = np.random.default_rng(1)
   high_images = rng.integers(0, 256, (count, high, high, 3), dtype=np.uint8)
   low_images = high_images.reshape(count, low, high // low, low, high // low,
                                    3).mean((2, 4)).astype(np.uint8)
   return image_task.ImageTask((high, high, 3), (low, low, 3),
                                {'validation': lambda: (low_images,
-                                                       high_images)})
+                                                       high_images)},
+                               vocab=ImageVocabulary(targets))
 
 
-def tiny_image_model(high=4, low=2, seed=0):
+def tiny_image_model(high=4, low=2, seed=0, targets='intensities',
+                     mixture=None):
   config = TransformerConfig(
-      vocab_size=259, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-      num_decoder_layers=2, dropout_rate=0.0, positions='learned',
-      max_source_len=low * low * 3, max_target_len=high * high * 3 + 4,
-      num_proposal_heads=4, head_hidden=16, local_attention_block=6,
-      local_attention_memory=6)
+      vocab_size=ImageVocabulary(targets).vocab_size, d_model=16, d_ff=32,
+      num_heads=2, num_encoder_layers=1, num_decoder_layers=2,
+      dropout_rate=0.0, positions='learned', max_source_len=low * low * 3,
+      max_target_len=high * high * 3 + 4, num_proposal_heads=4,
+      head_hidden=16, local_attention_block=6, local_attention_memory=6,
+      mixture=mixture)
   model = Transformer(config, rngs=nnx.Rngs(seed))
   # Heads that repeat head 1's token: long accepted blocks on a random model.
   model.heads.w_out[...] = model.heads.w_out[...] * 0.0
@@ -91,6 +101,25 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   assert loose['mean_block'] >= 3.5
   assert greedy['mean_block'] == 1.0
   assert result['outputs']['greedy'].shape == (5, 4, 4, 3)
+
+
+def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_bicubic():
+  """Residual targets and a mixture output: exact blockwise == greedy on
+  every image, and an untrained model (every component centred on the
+  reference, a few values wide) returns bicubic's image within its
+  kernel's start."""
+  task = tiny_image_task(targets='residuals')
+  model = tiny_image_model(targets='residuals', mixture=OutputMixture(3, 3))
+  decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:8')]
+  result = image.evaluate(model, task, 'validation', decoders,
+                          batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)
+  bicubic, greedy, exact, _ = result['rows']
+  assert exact['identical_to_greedy'] == 1.0
+  np.testing.assert_array_equal(result['outputs']['blockwise k=4'],
+                                result['outputs']['greedy'])
+  difference = np.abs(result['outputs']['greedy'].astype(int)
+                      - result['bicubic'].astype(int))
+  assert difference.max() <= 8, difference.max()
 
 
 def test_report_writes_the_json_and_the_grid(tmp_path):

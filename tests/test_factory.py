@@ -92,6 +92,24 @@ def test_a_model_must_have_its_task_vocabularys_special_ids():
     factory.check_special_ids(model, imported)
 
 
+def test_a_mixture_output_must_be_over_its_tasks_values():
+  config = tiny_config()
+  config.model.mixture_components = 2
+  model = factory.model_config_from(config, 40)
+  assert model.mixture.components == 2 and model.mixture.first_id == 3
+  images = Ids()
+  images.intensity_offset = 3
+  factory.check_special_ids(model, images)
+  images.intensity_offset = 4
+  with pytest.raises(errors.ConfigError, match=(
+      'model.mixture_first_id=3: .* whose first id is 4')):
+    factory.check_special_ids(model, images)
+  with pytest.raises(errors.ConfigError, match=(
+      "this task's tokens are not ordered values: set "
+      'model.mixture_components=0')):
+    factory.check_special_ids(model, Ids())
+
+
 ADDED_FIELDS = ('norm', 'feed_forward', 'num_kv_heads', 'head_dim',
                 'qkv_bias', 'out_bias', 'ffn_bias', 'rope_theta',
                 'rope_scaling')

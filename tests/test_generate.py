@@ -23,6 +23,7 @@ from bpd_jax.infra import sharding
 from bpd_jax.decoding import (DecodeOptions, Distance, Refinement, Sampler,
                               TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models.mixture import OutputMixture
 
 import llama_like
 
@@ -385,6 +386,24 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
         tree = Tree.from_widths((2, 2), k - 1)
         assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
             model, inputs, k=k, max_len=20, tree=tree))
+
+
+@pytest.mark.parametrize('head_layer', HEAD_LAYERS)
+def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
+  """A discretized logistic mixture in place of the vocabulary projection
+  (models/mixture.py): its argmax, the mixture's mode, is what greedy and
+  verification read, for every head type."""
+  with jax.enable_x64(True):
+    for seed, head_scale in ((3, 0.0), (4, 0.3)):
+      model = random_model(seed, 2, head_layer, head_scale=head_scale,
+                           vocab_size=3 + 12, mixture=OutputMixture(2, 3))
+      inputs = random_inputs(seed, 4)
+      reference = generate.greedy(model, inputs, max_len=20)
+      result = generate.blockwise(model, inputs, k=6, max_len=20)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      assert float(result.mean_block_size) > 1.0
+      # Only values: a mixture gives pad, eos and bos no mass.
+      assert (np.asarray(reference.tokens) >= 3).all()
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [

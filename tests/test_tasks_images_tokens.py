@@ -116,3 +116,42 @@ def test_super_resolution_pair():
   with pytest.raises(ValueError, match='high_res=16 must be a multiple of '
                      'low_res=5'):
     image_tokens.super_resolution_pair(random_images((1, 64, 64, 3)), 16, 5)
+
+
+def test_bicubic_keeps_a_flat_image_flat():
+  low = np.full((2, 4, 4, 3), 77, np.uint8)
+  up = image_tokens.bicubic(low, 16)
+  assert up.shape == (2, 16, 16, 3) and up.dtype == np.uint8
+  assert (up == 77).all()
+
+
+def test_residual_targets_round_trip_and_are_zero_at_bicubic():
+  rng = np.random.default_rng(0)
+  high = rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8)
+  low, high = image_tokens.super_resolution_pair(high, 8, 4)
+  vocab = image_tokens.ImageVocabulary('residuals')
+  assert vocab.vocab_size == 3 + 511
+  ids = vocab.encode(low, high)
+  assert ids.shape == (3, 8 * 8 * 3)
+  assert ids.min() >= 3 and ids.max() < vocab.vocab_size
+  np.testing.assert_array_equal(vocab.decode(ids, low, (8, 8, 3)), high)
+  # Residual 0 everywhere is bicubic's image.
+  zero = np.full_like(ids, image_tokens.RESIDUAL_ZERO_ID)
+  np.testing.assert_array_equal(vocab.decode(zero, low, (8, 8, 3)),
+                                image_tokens.bicubic(low, 8))
+  # Ids keep the intensities' distances at one place.
+  shifted = vocab.decode(ids + 5, low, (8, 8, 3)).astype(int)
+  inside = high.astype(int) + 5 <= 255
+  np.testing.assert_array_equal(shifted[inside], high[inside] + 5)
+  # Values past [0, 255] clip; special ids are black.
+  assert vocab.decode(np.full_like(ids, 513), low, (8, 8, 3)).min() == 255
+  assert vocab.decode(np.zeros_like(ids), low, (8, 8, 3)).max() == 0
+
+
+def test_target_forms():
+  assert image_tokens.ImageVocabulary().vocab_size == image_tokens.VOCAB_SIZE
+  assert image_tokens.ImageVocabulary().fingerprint == 'intensities-259'
+  assert image_tokens.ImageVocabulary('residuals').fingerprint == (
+      'residuals-514')
+  with pytest.raises(ValueError, match="task.targets='deltas' is not one of"):
+    image_tokens.ImageVocabulary('deltas')

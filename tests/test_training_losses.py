@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.training import losses
 
 
@@ -57,6 +58,31 @@ def loss(model, batch, first, count, random_head=False, head_key=None):
       model, batch, first=first, count=count, label_smoothing=0.1,
       random_head=random_head, dropout_key=None,
       head_key=head_key if head_key is not None else jax.random.key(0))
+
+
+def test_a_mixture_output_learns_its_likelihood_of_the_labels():
+  """With a mixture output, a head's loss is the mixture's negative
+  log-likelihood of its labels (the label route), and its accuracy counts
+  the argmax of the whole distribution."""
+  config = TransformerConfig.from_size(
+      'tiny', vocab_size=3 + 20, num_proposal_heads=2,
+      mixture=OutputMixture(2, 3))
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  batch = dict(source=jnp.array([[5, 6, 7, 1]]),
+               target=jnp.array([[9, 10, 11, 4, 12, 0]]))
+  total, metrics = heads_loss(
+      model, batch, first=0, count=1, label_smoothing=0.0, random_head=False,
+      dropout_key=None, head_key=jax.random.key(0))
+  hidden = model(batch['source'], losses.shift_right(batch['target'], 2))
+  log_probs = model.head_logits(hidden, 0, 1)[:, :, 0]
+  labels = batch['target']
+  real = labels != 0
+  at_labels = jnp.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+  np.testing.assert_allclose(float(total), float(-at_labels[real].mean()),
+                             rtol=1e-4)
+  correct = (jnp.argmax(log_probs, -1) == labels)[real].sum()
+  assert float(metrics['correct'][0]) == float(correct)
+  assert float(metrics['tokens'][0]) == 5
 
 
 def test_mean_loss_is_mean_of_single_head_losses():

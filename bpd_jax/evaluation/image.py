@@ -15,6 +15,9 @@ interleaved, after compiling). The report gives, per decoder:
 - special_tokens: ids that are no intensity (pad, eos, bos) in the output,
   drawn black. A trained model never emits them; a count above 0 means an
   image ended early.
+- flat_images: outputs that are one flat colour (`flat_images`), the
+  failure of a model that copies its previous intensity; the ground
+  truth's own count is the summary's truth_flat_images.
 Bicubic upsampling of the input is reported beside them, the baseline any
 learned super-resolution has to beat.
 
@@ -23,7 +26,6 @@ example: input, bicubic, greedy, each blockwise decoder, ground truth).
 """
 
 import numpy as np
-from PIL import Image
 from skimage import metrics
 
 from bpd_jax import generate
@@ -36,7 +38,11 @@ from bpd_jax.tasks.images import task as image_task
 from bpd_jax.tasks.images import tokens as images_lib
 
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
-           'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy')
+           'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy',
+           'flat_images')
+# An image whose every channel's intensities have a standard deviation
+# below this is one flat colour.
+FLAT_STD = 4.0
 
 
 def psnr(truth: np.ndarray, test: np.ndarray) -> float | None:
@@ -60,10 +66,11 @@ def ssim(truth: np.ndarray, test: np.ndarray) -> float:
       for a, b in zip(truth, test)])), 4)
 
 
-def bicubic(low: np.ndarray, size: int) -> np.ndarray:
-  """Bicubic upsampling [N, h, w, C] -> [N, size, size, C] uint8 (Pillow)."""
-  return np.stack([np.asarray(Image.fromarray(image).resize(
-      (size, size), Image.Resampling.BICUBIC)) for image in low])
+def flat_images(images: np.ndarray) -> int:
+  """How many of uint8 [N, H, W, C] images are one flat colour: every
+  channel's standard deviation over the pixels below FLAT_STD."""
+  pixels = images.reshape(len(images), -1, images.shape[-1]).astype(float)
+  return int((pixels.std(axis=1).max(axis=1) < FLAT_STD).sum())
 
 
 def evaluate(model, task: image_task.ImageTask, split: str,
@@ -79,7 +86,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     decoders: greedy first (the reference of speedups and comparisons).
     batch_size: images decoded together.
     max_len: tokens decoded per image: a target's H * W * C intensities
-      (`tokens.from_tokens` refuses any other length).
+      (`ImageVocabulary.decode` refuses any other length).
     num_examples: the first this many images (0: all).
     repeats: timed rounds of every decoder over the batches, interleaved
       (`runner.run`); wall_s is a decoder's median round.
@@ -89,8 +96,9 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     log: progress messages go here.
 
   Returns:
-    dict(split, examples, image_shape, rows, outputs, low, high), a row per
-    decoder and a bicubic row; outputs {decoder name: uint8 [N, H, W, C]}.
+    dict(split, examples, image_shape, rows, outputs, low, high, bicubic,
+    truth_flat_images), a row per decoder and a bicubic row; outputs
+    {decoder name: uint8 [N, H, W, C]}.
   """
   shape = tuple(task.image_shape)
   log(f'Decoding {split} ({num_examples or "all"} images, '
@@ -105,15 +113,17 @@ def evaluate(model, task: image_task.ImageTask, split: str,
   measured = runner.run(
       generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
       batches, decoders, max_len=max_len, repeats=repeats)
-  upsampled = bicubic(low, shape[0])
+  upsampled = images_lib.bicubic(low, shape[0])
   rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
-               ssim=ssim(high, upsampled))]
-  greedy = images_lib.from_tokens(measured[0].outputs.tokens, shape)
+               ssim=ssim(high, upsampled),
+               flat_images=flat_images(upsampled))]
+  decode = lambda tokens: task.vocab.decode(tokens, low, shape)
+  greedy = decode(measured[0].outputs.tokens)
   greedy_wall = measured[0].wall_s
   outputs = {}
   for run in measured:
     spec, tokens, wall = run.spec, run.outputs.tokens, run.wall_s
-    decoded = images_lib.from_tokens(tokens, shape)
+    decoded = decode(tokens)
     outputs[spec.name] = decoded
     identical = np.all(decoded == greedy, axis=(1, 2, 3))
     rows.append(dict(
@@ -127,11 +137,13 @@ def evaluate(model, task: image_task.ImageTask, split: str,
         psnr_vs_greedy=psnr(greedy, decoded),
         ssim_vs_greedy=ssim(greedy, decoded),
         identical_to_greedy=round(float(identical.mean()), 4),
-        special_tokens=int(images_lib.count_special(tokens).sum())))
+        special_tokens=int(images_lib.count_special(tokens).sum()),
+        flat_images=flat_images(decoded)))
     log(f'  {spec.name}: mean block {rows[-1]["mean_block"]}, PSNR '
         f'{rows[-1]["psnr"]} dB, {rows[-1]["s_per_image"]} s an image')
   return dict(split=split, examples=len(low), image_shape=shape, rows=rows,
-              outputs=outputs, low=low, high=high, bicubic=upsampled)
+              outputs=outputs, low=low, high=high, bicubic=upsampled,
+              truth_flat_images=flat_images(high))
 
 
 def write_grid(path: str, result: dict, examples: int) -> None:
@@ -166,7 +178,9 @@ def write(result: dict, config, workdir: str, log) -> None:
   """WORKDIR/sr_<split>.json (the rows, not the images), the grid
   sr_<split>.png, and the table."""
   summary = dict(split=result['split'], examples=result['examples'],
-                 image_shape=result['image_shape'], rows=result['rows'])
+                 image_shape=result['image_shape'],
+                 truth_flat_images=result['truth_flat_images'],
+                 rows=result['rows'])
   path = outputs_lib.write_rows(summary, config, workdir, COLUMNS, log,
                                 stem='sr')
   grid = path.removesuffix('.json') + '.png'

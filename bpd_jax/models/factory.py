@@ -25,6 +25,7 @@ from flax import nnx
 from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
 from bpd_jax.models import imports
+from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.models.rotary import RopeScaling
 from bpd_jax.models.transformer import Transformer, TransformerConfig
@@ -50,10 +51,12 @@ def model_config_from(config, vocab_size: int) -> TransformerConfig:
   """The TransformerConfig of a config's `model` section (validated).
 
   The section is flat but for `rope_scaling` (None or a dict of
-  RopeScaling's fields); the image fields become one ImagePositions.
+  RopeScaling's fields); the image fields become one ImagePositions, the
+  mixture fields one OutputMixture.
   """
   fields = dict(config.model)
   image = ImagePositions.pop_from(fields)  # The flat model.*image* fields.
+  fields['mixture'] = OutputMixture.pop_from(fields)  # model.mixture_*.
   if 'rope_scaling' in fields:
     fields['rope_scaling'] = RopeScaling.from_fields(fields['rope_scaling'])
   return TransformerConfig.from_size(**fields, image=image,
@@ -72,7 +75,8 @@ def check_special_ids(model_config: TransformerConfig, vocab) -> None:
 
   Every job checks it at start: a model whose eos is not the data's would
   learn and decode with another end, one whose pad is a token of the data
-  would read padding as text.
+  would read padding as text. So is a mixture output's first value id
+  (the vocabulary's intensity_offset: a task of ordered values).
   """
   model = {name: getattr(model_config, name) for name in SPECIAL_IDS}
   task = {name: getattr(vocab, name) for name in SPECIAL_IDS}
@@ -83,6 +87,17 @@ def check_special_ids(model_config: TransformerConfig, vocab) -> None:
         f'the model\'s special ids ({show(model)}) are not the task '
         f'vocabulary\'s ({show(task)}): set the model section\'s to the '
         f'vocabulary\'s.')
+  mixture, first = model_config.mixture, getattr(vocab, 'intensity_offset',
+                                                 None)
+  if mixture is not None and mixture.first_id != first:
+    raise errors.ConfigError(
+        f'model.mixture_first_id={mixture.first_id}: a mixture output is '
+        f'over the ordered values of an image task, whose first id is '
+        f'{first}: set model.mixture_first_id to it.' if first is not None
+        else
+        'a mixture output (model.mixture_components) is over the ordered '
+        'values of an image task; this task\'s tokens are not ordered '
+        'values: set model.mixture_components=0.')
 
 
 def random_model(config, vocab_size: int) -> Transformer:

@@ -43,6 +43,7 @@ from bpd_jax.models import draft_layer as draft_layer_lib
 from bpd_jax.models import dropout as dropout_lib
 from bpd_jax.models import heads as heads_lib
 from bpd_jax.models import layers
+from bpd_jax.models import mixture as mixture_lib
 from bpd_jax.models import positions as positions_lib
 from bpd_jax.models.transformer_config import TransformerConfig
 
@@ -100,16 +101,19 @@ class DecodingWeights:
       embeddings this is the table transposed, once: on XLA-CPU a product
       [m, d] x [d, V] runs 2-3x faster for m = 2..15 rows than the same
       product against the [V, d] table, which XLA would also re-transpose
-      inside the decoding loop on every call.
+      inside the decoding loop on every call. With a mixture output
+      (config.mixture), the [d_model, 3M] kernel of its parameters.
     scoring: head 1.
     proposals: heads 2..k (None for k = 1).
     embed: [vocab_size, d_model] the token embedding sequential heads read
       their predecessors' tokens with (None for other heads).
+    output_bias: [3M] the mixture parameters' bias (None without one).
   """
   vocab: jax.Array
   scoring: heads_lib.HeadWeights
   proposals: heads_lib.HeadWeights | None
   embed: jax.Array | None = None
+  output_bias: jax.Array | None = None
 
 
 class Transformer(nnx.Module):
@@ -144,7 +148,17 @@ class Transformer(nnx.Module):
       self.decoder_norm = layers.norm(config, rngs)
       if config.is_encoder_decoder:
         self.encoder_norm = layers.norm(config, rngs)
-    if not config.tie_output:
+    if config.mixture is not None:
+      mixture = config.mixture
+      self.mixture_output = nnx.Linear(
+          config.d_model, mixture.num_params, use_bias=True,
+          kernel_init=nnx.initializers.normal(
+              mixture_lib.INITIAL_KERNEL_SCALE * config.d_model ** -0.5),
+          bias_init=lambda *_: jnp.asarray(
+              mixture.initial_bias(config.vocab_size),
+              jnp.dtype(config.param_dtype)),
+          **layers.linear_kwargs(config, rngs))
+    elif not config.tie_output:
       self.output = nnx.Linear(config.d_model, config.vocab_size,
                                use_bias=False,
                                **layers.linear_kwargs(config, rngs))
@@ -251,12 +265,41 @@ class Transformer(nnx.Module):
   def logits(self, states: jax.Array) -> jax.Array:
     """The shared vocabulary projection: [..., d_model] -> [..., vocab],
     in at least float32."""
-    return _vocab_logits(states, self._vocab())
+    return self._project(states, self._vocab(), self._output_bias())
+
+  def _project(self, states: jax.Array, vocab: jax.Array,
+               bias: jax.Array | None) -> jax.Array:
+    """[..., d_model] states -> [..., vocab_size] logits, through the
+    projection `vocab` (and, with a mixture output, its bias and the
+    mixture's log-probabilities: the one place its distribution is made)."""
+    logits = _vocab_logits(states, vocab)
+    if self.config.mixture is None:
+      return logits
+    return self.config.mixture.log_probs(logits + bias,
+                                         self.config.vocab_size)
+
+  def label_log_probs(self, states: jax.Array,
+                      labels: jax.Array) -> jax.Array:
+    """A mixture output's log P(labels) [...] from states [..., d_model]:
+    the training loss's likelihood (`OutputMixture.label_log_probs`), the
+    same distribution `logits` gives whole."""
+    params = _vocab_logits(states, self._vocab()) + self._output_bias()
+    return self.config.mixture.label_log_probs(params, labels,
+                                               self.config.vocab_size)
+
+  def _output_bias(self) -> jax.Array | None:
+    """[3M] the mixture parameters' bias; None without a mixture."""
+    if self.config.mixture is None:
+      return None
+    return self.mixture_output.bias[...]
 
   def _vocab(self) -> jax.Array:
     """[d_model, vocab_size] the vocabulary projection, in the compute
-    dtype: the tied embedding transposed, or the output layer's kernel."""
-    if self.config.tie_output:
+    dtype: the tied embedding transposed, or the output layer's kernel
+    ([d_model, 3M] the mixture's, with a mixture output)."""
+    if self.config.mixture is not None:
+      vocab = self.mixture_output.kernel[...]
+    elif self.config.tie_output:
       vocab = self.target_embed.embedding[...].T
     else:
       vocab = self.output.kernel[...]
@@ -277,7 +320,7 @@ class Transformer(nnx.Module):
     return DecodingWeights(
         vocab=self._vocab(), scoring=self.heads.weights(0, 1),
         proposals=self.heads.weights(1, k - 1) if k > 1 else None,
-        embed=embed)
+        embed=embed, output_bias=self._output_bias())
 
   def next_token_logits(self, hidden: jax.Array,
                         weights: DecodingWeights | None = None) -> jax.Array:
@@ -291,7 +334,7 @@ class Transformer(nnx.Module):
       weights = self.decoding_weights(1)
     states = heads_lib.apply_heads(weights.scoring,
                                    self._top(hidden))[..., 0, :]
-    return _vocab_logits(states, weights.vocab)
+    return self._project(states, weights.vocab, weights.output_bias)
 
   def proposal_logits(self, hidden: jax.Array, k: int,
                       weights: DecodingWeights | None = None) -> jax.Array:
@@ -306,7 +349,7 @@ class Transformer(nnx.Module):
     if weights is None:
       weights = self.decoding_weights(k)
     states = heads_lib.apply_heads(weights.proposals, self._top(hidden))
-    return _vocab_logits(states, weights.vocab)
+    return self._project(states, weights.vocab, weights.output_bias)
 
   def _top(self, features: jax.Array) -> jax.Array:
     """The decoder's top output [..., d_model] of `extend`'s features
@@ -350,7 +393,8 @@ class Transformer(nnx.Module):
     if weights is None:
       weights = self.decoding_weights(k)
     embed = lambda tokens: weights.embed[embedding_rows(tokens)]
-    project = lambda state: _vocab_logits(state, weights.vocab)
+    project = lambda state: self._project(state, weights.vocab,
+                                          weights.output_bias)
     token = ops.take_at(next_tokens, last)
     proposals, logits = [], []
     if self.heads.layer == 'autoregressive':

@@ -18,6 +18,7 @@ from bpd_jax.models import attention
 from bpd_jax.models import draft_layer as draft_layer_lib
 from bpd_jax.models import feed_forward as feed_forward_lib
 from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import mixture as mixture_lib
 from bpd_jax.models import norms as norms_lib
 from bpd_jax.models import positions as positions_lib
 from bpd_jax.models import rotary as rotary_lib
@@ -86,6 +87,9 @@ class TransformerConfig:
       k - 1 positions of a proposal block past the last one).
     share_embeddings: encoder and decoder share one token embedding.
     tie_output: the vocabulary projection is the transposed target embedding.
+    mixture: a discretized logistic mixture over ordered value ids
+      (models/mixture.py: image intensities) in place of the vocabulary
+      projection, tied or not; None: a softmax over the vocabulary.
     num_proposal_heads: k, the number of blockwise heads (1: base model only).
     head_layer: 'independent', 'joint', 'sequential' (heads that read the
       previous head's proposed token) or 'autoregressive' (a draft layer
@@ -143,6 +147,7 @@ class TransformerConfig:
   max_target_len: int = 256
   share_embeddings: bool = True
   tie_output: bool = True
+  mixture: mixture_lib.OutputMixture | None = None
   num_proposal_heads: int = 1
   head_layer: str = 'independent'
   head_hidden: int | None = None
@@ -297,6 +302,15 @@ class TransformerConfig:
           f'stop_ids={stops!r} must not hold pad_id={self.pad_id}: a pad '
           f'would end every decode.')
     object.__setattr__(self, 'stop_ids', tuple(int(i) for i in stops))
+    check(self.mixture is None
+          or isinstance(self.mixture, mixture_lib.OutputMixture),
+          f'mixture={self.mixture!r} must be None or a '
+          f'mixture.OutputMixture.')
+    problems = self.mixture.problems(self.vocab_size, dict(
+        pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id,
+        **{f'stop_ids[{i}]': stop for i, stop in enumerate(stops)})
+                                     ) if self.mixture is not None else []
+    check(not problems, problems[0] if problems else '')
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'TransformerConfig':

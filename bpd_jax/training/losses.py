@@ -335,7 +335,10 @@ def _head_sums(model, states: jax.Array, labels: jax.Array,
   (cross-entropy, no smoothing) and `correct` still counts the labels."""
   logits = model.logits(states)  # [batch, n, heads, vocab]
   mask = (labels != model.config.pad_id).astype(jnp.float32)
-  losses = token_losses(logits, labels, label_smoothing)
+  if model.config.mixture is None:
+    losses = token_losses(logits, labels, label_smoothing)
+  else:  # Its likelihood, exact in the tails (config_checks: no smoothing).
+    losses = -model.label_log_probs(states, labels)
   if soft is not None:
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
     soft_losses = -(soft * log_probs).sum(-1)

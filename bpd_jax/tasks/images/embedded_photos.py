@@ -177,7 +177,8 @@ def _load(config, workdir: str,
   readers = {split: (lambda split=split, count=count: crops(
       split, count, high_res, low_res, scales, seed))
              for split, count in config.sizes.items()}
-  return task_lib.ImageTask(*task_lib.shapes(config), readers)
+  return task_lib.ImageTask(*task_lib.shapes(config), readers,
+                            vocab=task_lib.vocabulary(config))
 
 
 SPEC = spec.TaskSpec(name='embedded_images', kind='image', load=_load,

@@ -3,14 +3,16 @@
 An ImageTask serves what every task serves to training and decoding (the
 `spec.Task` protocol: vocab, encoded pairs, this process's training share,
 sources to decode), with images instead of sentences: a source is
-to_tokens(low-res input) and a target to_tokens(high-res target), both
-WITHOUT eos (an image has a fixed length: decoding runs exactly H*W*C
+to_tokens(low-res input) and a target the vocabulary's encoding of the
+high-res target (its intensities, or its residuals from the input's bicubic
+upsampling: tokens.TARGET_FORMS), both WITHOUT eos (an image has a fixed length: decoding runs exactly H*W*C
 tokens). The image task modules (embedded_photos, tfds_images) load one from
 a task section whose fields, besides their own, are:
   name: 'embedded_images' or 'tfds_images'.
   high_res: side of the targets (e.g. 32).
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
   max_source_len, max_target_len: low_res**2 * 3 and high_res**2 * 3.
+  targets: 'intensities' (default) or 'residuals' (`vocabulary`).
 `check` below checks them, and the fields of the super-resolution report
 (bpd_jax/evaluation/image.py) in the eval section.
 """
@@ -35,18 +37,20 @@ class ImagePairs(collections.abc.Sequence):
   the memory (CelebA's 162k training targets: 0.5 GB, not 2 GB).
   """
 
-  def __init__(self, low: np.ndarray, high: np.ndarray):
+  def __init__(self, low: np.ndarray, high: np.ndarray,
+               vocab: images_lib.ImageVocabulary):
     if len(low) != len(high):
       raise ValueError(f'{len(low)} inputs but {len(high)} targets.')
-    self.low, self.high = low, high
+    self.low, self.high, self.vocab = low, high, vocab
 
   def __len__(self) -> int:
     return len(self.low)
 
   def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
     """(int32 [h*w*C] source ids, int32 [H*W*C] target ids)."""
-    return (images_lib.to_tokens(self.low[index]),
-            images_lib.to_tokens(self.high[index]))
+    low = self.low[index]
+    return (images_lib.to_tokens(low),
+            self.vocab.encode(low, self.high[index]))
 
   def lengths(self) -> tuple[np.ndarray, np.ndarray]:
     """[len(self)] source and target lengths (as EncodedPairs.lengths)."""
@@ -65,7 +69,7 @@ class ImageTask:
     train_shard: (process_index, process_count) -> that process's (low,
       high) training share, read by that process alone; None: a contiguous
       share of images('train').
-    vocab: pad / eos / bos and the 256 intensities.
+    vocab: pad / eos / bos and the values of the target form.
   """
   image_shape: tuple[int, int, int]
   low_res_shape: tuple[int, int, int]
@@ -93,17 +97,18 @@ class ImageTask:
 
   def encoded(self, split: str) -> ImagePairs:
     """(source ids [h*w*C], target ids [H*W*C]) of a split, no eos."""
-    return ImagePairs(*self.images(split))
+    return ImagePairs(*self.images(split), self.vocab)
 
   def train_examples(self, process_index: int = 0,
                      process_count: int = 1) -> ImagePairs:
     """This process's share of the encoded training pairs."""
     if self.train_shard is not None:
-      return ImagePairs(*self.train_shard(process_index, process_count))
+      return ImagePairs(*self.train_shard(process_index, process_count),
+                        self.vocab)
     low, high = self.images('train')
     start, end = host_shards.shard_bounds(len(low), process_index,
                                           process_count)
-    return ImagePairs(low[start:end], high[start:end])
+    return ImagePairs(low[start:end], high[start:end], self.vocab)
 
   def train_source_len(self, max_source_len: int) -> int:
     """Training sources are the whole input image: max_source_len."""
@@ -145,11 +150,22 @@ def shapes(task) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
   return (task.high_res, task.high_res, 3), (task.low_res, task.low_res, 3)
 
 
+def vocabulary(task) -> images_lib.ImageVocabulary:
+  """The vocabulary of a task section's `targets` form ('intensities'
+  where it has none).
+
+  Raises:
+    ValueError: an unknown form.
+  """
+  return images_lib.ImageVocabulary(task.get('targets', 'intensities'))
+
+
 def check_lengths_and_eval(config) -> None:
   """The max lengths of the task section (an image's intensities, training
   pads to them), and the super-resolution report's fields
   (bpd_jax/evaluation/image.py)."""
   ev, task = config.eval, config.task
+  vocabulary(task)
   for field, side in (('max_source_len', task.low_res),
                       ('max_target_len', task.high_res)):
     if task[field] != side * side * 3:

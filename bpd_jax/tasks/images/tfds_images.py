@@ -183,7 +183,8 @@ def _load(config, workdir: str,
 
   readers = {split: (lambda split=split: read(split)) for split in sources}
   return task_lib.ImageTask(image_shape, low_res_shape, readers,
-                            lambda index, count: read('train', index, count))
+                            lambda index, count: read('train', index, count),
+                            task_lib.vocabulary(config))
 
 
 SPEC = spec.TaskSpec(name='tfds_images', kind='image', load=_load,

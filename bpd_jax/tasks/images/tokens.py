@@ -8,6 +8,18 @@ training loop, batching and losses work on images unchanged, and the
 distance between two intensity ids is the distance between the intensities
 (what the distance verification criterion |a - b| <= eps relies on).
 
+Targets take one of two forms (TARGET_FORMS, the task's `targets`):
+- 'intensities': intensity v is id v + INTENSITY_OFFSET, as above.
+- 'residuals': the target's intensity minus the bicubic upsampling of the
+  input at the same place (`bicubic`, the baseline a super-resolution model
+  has to beat), r in [-255, 255], written as id r + RESIDUAL_ZERO_ID. A
+  model that predicts residual 0 everywhere returns bicubic's image; one
+  whose output distribution starts centred there (models/mixture.py)
+  starts from bicubic and learns the detail it lacks. Ids stay ordered
+  (the distance between two residual ids is the distance between the
+  intensities they give at one place).
+Sources are always intensities.
+
 Downsampling is by area: an output pixel is the mean of the input area it
 covers, weighted by overlap when the factor is not an integer (CelebA's
 178 -> 32), rounded to the nearest integer (ties to even). For an integer
@@ -21,34 +33,84 @@ CelebA's images). The tests check that ours equals resize_local_mean,
 rounded.
 """
 
+import dataclasses
+
 import numpy as np
+from PIL import Image
 
 from bpd_jax.infra import token_ids
 
 INTENSITY_OFFSET = 3  # Id of intensity v: v + 3 (after pad, eos, bos).
 NUM_INTENSITIES = 256
 VOCAB_SIZE = INTENSITY_OFFSET + NUM_INTENSITIES  # 259.
+# Id of residual r in [-255, 255]: r + 258; the ids run 3 .. 513.
+RESIDUAL_ZERO_ID = INTENSITY_OFFSET + NUM_INTENSITIES - 1
+TARGET_FORMS = {'intensities': VOCAB_SIZE,  # Form -> vocabulary size.
+                'residuals': INTENSITY_OFFSET + 2 * NUM_INTENSITIES - 1}
 _CHUNK = 256  # Images downsampled at a time: ~70 MB of scratch for 178².
 
 
+@dataclasses.dataclass(frozen=True)
 class ImageVocabulary:
-  """The ids of image tokens: pad 0, eos 1, bos 2, intensity v -> v + 3.
+  """The ids of image tokens: pad 0, eos 1, bos 2, then the values of the
+  target form (intensity v -> v + 3, or residual r -> r + 258).
 
   Not a text vocabulary (there is no text to encode); it gives what a model
-  config and the training loop read: vocab_size and the special ids.
+  config and the training loop read (vocab_size and the special ids), and
+  turns images into target ids and back (`encode`, `decode`).
   """
+  targets: str = 'intensities'
   pad_id, eos_id, bos_id = token_ids.PAD_ID, token_ids.EOS_ID, token_ids.BOS_ID
   stop_ids = ()
-  intensity_offset = INTENSITY_OFFSET
+  intensity_offset = INTENSITY_OFFSET  # The lowest value's id, either form.
+
+  def __post_init__(self):
+    if self.targets not in TARGET_FORMS:
+      raise ValueError(f'task.targets={self.targets!r} is not one of '
+                       f'{tuple(TARGET_FORMS)}.')
 
   @property
   def vocab_size(self) -> int:
-    return VOCAB_SIZE
+    return TARGET_FORMS[self.targets]
 
   @property
   def fingerprint(self) -> str:
-    """Fixed ids (see text.vocab.Vocabulary.fingerprint): one value."""
-    return f'intensities-{VOCAB_SIZE}'
+    """Fixed ids (see text.vocab.Vocabulary.fingerprint): one value a
+    form."""
+    return f'{self.targets}-{self.vocab_size}'
+
+  def encode(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Target ids of uint8 [..., H, W, C] images whose inputs are uint8
+    [..., h, w, C] `low`: int32 [..., H*W*C]."""
+    if self.targets == 'intensities':
+      return to_tokens(high)
+    reference = bicubic(low, high.shape[-2])
+    return (to_tokens(high) - to_tokens(reference)) + RESIDUAL_ZERO_ID
+
+  def decode(self, tokens: np.ndarray, low: np.ndarray,
+             shape: tuple[int, int, int]) -> np.ndarray:
+    """uint8 [..., H, W, C] images of target ids int [..., H*W*C] whose
+    inputs are `low` (`from_tokens`'s errors; residuals are added to the
+    reference and clipped to [0, 255], a special id is black as there)."""
+    if self.targets == 'intensities':
+      return from_tokens(tokens, shape)
+    tokens = np.asarray(tokens)
+    _check_ids(tokens, shape, self.vocab_size)
+    reference = to_tokens(bicubic(low, shape[0])) - INTENSITY_OFFSET
+    values = reference + tokens - RESIDUAL_ZERO_ID
+    values = np.where(tokens < INTENSITY_OFFSET, 0, np.clip(values, 0, 255))
+    return values.astype(np.uint8).reshape(*tokens.shape[:-1], *shape)
+
+
+def bicubic(low: np.ndarray, size: int) -> np.ndarray:
+  """Bicubic upsampling uint8 [..., h, w, C] -> [..., size, size, C]
+  (Pillow's): the reference of residual targets and the baseline of the
+  super-resolution report."""
+  low = np.asarray(low)
+  flat = low.reshape(-1, *low.shape[-3:])
+  up = np.stack([np.asarray(Image.fromarray(image).resize(
+      (size, size), Image.Resampling.BICUBIC)) for image in flat])
+  return up.reshape(*low.shape[:-3], size, size, low.shape[-1])
 
 
 def to_tokens(images: np.ndarray) -> np.ndarray:
@@ -78,17 +140,23 @@ def from_tokens(tokens: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
       (no model over this vocabulary emits one: a bug upstream).
   """
   tokens = np.asarray(tokens)
-  height, width, channels = shape
-  length = height * width * channels
+  _check_ids(tokens, shape, VOCAB_SIZE)
+  intensities = np.maximum(tokens - INTENSITY_OFFSET, 0).astype(np.uint8)
+  return intensities.reshape(*tokens.shape[:-1], *shape)
+
+
+def _check_ids(tokens: np.ndarray, shape: tuple[int, int, int],
+               vocab_size: int) -> None:
+  """Raises ValueError unless tokens [..., L] are images of `shape` in a
+  vocabulary of vocab_size ids."""
+  length = int(np.prod(shape))
   if tokens.ndim < 1 or tokens.shape[-1] != length:
     raise ValueError(f'tokens of shape {tokens.shape} have '
                      f'{tokens.shape[-1] if tokens.ndim else 0} ids a row; an '
                      f'image of shape {tuple(shape)} has {length}.')
-  if tokens.size and (tokens.min() < 0 or tokens.max() >= VOCAB_SIZE):
-    raise ValueError(f'token ids must be in [0, {VOCAB_SIZE}); got '
+  if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+    raise ValueError(f'token ids must be in [0, {vocab_size}); got '
                      f'[{tokens.min()}, {tokens.max()}].')
-  intensities = np.maximum(tokens - INTENSITY_OFFSET, 0).astype(np.uint8)
-  return intensities.reshape(*tokens.shape[:-1], height, width, channels)
 
 
 def center_crop(image: np.ndarray) -> np.ndarray:
