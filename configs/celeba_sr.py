@@ -23,7 +23,7 @@ of this one config:
     targets=T        'residuals' (default: each output intensity minus the
                      input's bicubic upsampling there) or 'intensities'
     mixture=M        a discretized logistic mixture of M components over
-                     the values (default 5; 0: a softmax over them)
+                     the values (default 1; 0: a softmax over them)
 
 First, once, on a machine with the data (TFDS downloads CelebA from its
 source; array_record is the format `tfds.data_source` reads):
@@ -51,9 +51,10 @@ process reads and preprocesses only its shard of the training split
 (cached in WORKDIR/data).
 
 The model and loss are configs/sr_demo.py's (docs/guide/images.md): the
-decoder writes residuals from bicubic upsampling, and its output is a
+decoder writes residuals from bicubic upsampling, its output is a
 discretized logistic mixture (PixelCNN++'s, which the Image Transformer
-uses). The sizes are our choice where the paper leaves them open: encoder 4 layers
+uses), and most previous intensities are hidden from it in training. The
+sizes are our choice where the paper leaves them open: encoder 4 layers
 over the 192 input intensities, decoder 8 layers with local 1D attention
 (query blocks of 96 positions, one image row, and the row above),
 d_model 512, d_ff 2048, 8 attention heads, image positions, batches of
@@ -76,7 +77,7 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
       data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
-      mixture=5)
+      mixture=1)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
@@ -149,6 +150,9 @@ def get_config(arg=None):
   train.learning_rate = 2e-3 if local else 5e-4  # Peak, after warm-up.
   train.warmup_steps = 5 if local else 4000  # Linear warm-up, then 1/sqrt.
   train.label_smoothing = 0.0  # Intensities are ordinal: no smoothing.
+  # Previous intensities hidden in training: the model reads the input
+  # image, not its last intensity (configs/sr_demo.py).
+  train.input_dropout = 0.9
   train.log_every = 5 if local else 500  # Steps between progress lines.
   train.checkpoint_every = 100 if local else 5000  # Steps between checkpoints.
 

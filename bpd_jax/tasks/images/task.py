@@ -4,10 +4,11 @@ An ImageTask serves what every task serves to training and decoding (the
 `spec.Task` protocol: vocab, encoded pairs, this process's training share,
 sources to decode), with images instead of sentences: a source is
 to_tokens(low-res input) and a target the vocabulary's encoding of the
-high-res target (its intensities, or its residuals from the input's bicubic
-upsampling: tokens.TARGET_FORMS), both WITHOUT eos (an image has a fixed length: decoding runs exactly H*W*C
-tokens). The image task modules (embedded_photos, tfds_images) load one from
-a task section whose fields, besides their own, are:
+high-res target (its intensities, or its residuals from the input's
+bicubic upsampling: tokens.TARGET_FORMS), both WITHOUT eos (an image has
+a fixed length: decoding runs exactly H*W*C tokens). The image task
+modules (embedded_photos, tfds_images) load one from a task section whose
+fields, besides their own, are:
   name: 'embedded_images' or 'tfds_images'.
   high_res: side of the targets (e.g. 32).
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
