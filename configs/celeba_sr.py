@@ -23,7 +23,7 @@ of this one config:
     targets=T        'residuals' (default: each output intensity minus the
                      input's bicubic upsampling there) or 'intensities'
     mixture=M        a discretized logistic mixture of M components over
-                     the values (default 1; 0: a softmax over them)
+                     the values (default 2; 0: a softmax over them)
 
 First, once, on a machine with the data (TFDS downloads CelebA from its
 source; array_record is the format `tfds.data_source` reads):
@@ -77,7 +77,7 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
       data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
-      mixture=1)
+      mixture=2)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
