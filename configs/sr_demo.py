@@ -16,7 +16,7 @@ input's bicubic upsampling, through a discretized logistic mixture
 127 is near 128). Most previous intensities are hidden from it in
 training (input dropout), so that it reads the input image rather than
 copy its last intensity, which proposal heads cannot foresee. It trains
-300 steps, then 8 proposal heads with the whole model fine-tuned for 150
+200 steps, then 8 proposal heads with the whole model fine-tuned for 100
 steps. Then it decodes 16 validation images greedily and blockwise (k =
 2, 4, 8; exact verification and the distance criterion |proposal -
 argmax| <= 16) and writes WORKDIR/sr_validation.json and
@@ -88,8 +88,8 @@ def get_config(arg=None):
 
   train = config.train
   train.batch_size = 16  # Images a step, over all devices.
-  train.base_steps = 60 if quick else 300  # Phase 'base': the whole model.
-  train.head_steps = 30 if quick else 150  # Phase 'heads': heads (+ base).
+  train.base_steps = 60 if quick else 200  # Phase 'base': the whole model.
+  train.head_steps = 30 if quick else 100  # Phase 'heads': heads (+ base).
   train.freeze_base = False  # Fine-tune all (longer blocks); True: frozen.
   train.head1_weight = 0.5  # Head 1's share of a fine-tuning loss (0: 1/k).
   train.learning_rate = 5e-3  # Peak learning rate, reached after warm-up.
