@@ -97,7 +97,7 @@ class OutputMixture:
     """float32 [3M] the bias the output layer starts from: equal weights,
     means at the middle value (a hair apart, so that the components
     learn apart), scales of INITIAL_SCALE_BINS bins."""
-    half = 1.0 / (vocab_size - self.first_id - 1)
+    half = self._half_bin(vocab_size)
     m = self.components
     spread = (np.arange(m) - (m - 1) / 2) * half
     return np.concatenate([np.zeros(m), spread, np.full(
@@ -117,8 +117,7 @@ class OutputMixture:
     tails too.
     """
     log_weights, means, log_scales = self._parts(params)
-    n = vocab_size - self.first_id
-    half = 1.0 / (n - 1)
+    n, half = vocab_size - self.first_id, self._half_bin(vocab_size)
     edges = jnp.linspace(-1.0 + half, 1.0 - half, n - 1, dtype=means.dtype)
     cdf = jax.nn.sigmoid((edges[:, None] - means[..., None, :])
                          * jnp.exp(-log_scales)[..., None, :])  # [.., n-1, M]
@@ -144,8 +143,7 @@ class OutputMixture:
     value.
     """
     log_weights, means, log_scales = self._parts(params)
-    n = vocab_size - self.first_id
-    half = 1.0 / (n - 1)
+    n, half = vocab_size - self.first_id, self._half_bin(vocab_size)
     index = jnp.clip(labels - self.first_id, 0, n - 1)[..., None]
     value = (2.0 * half * index - 1.0).astype(means.dtype)
     inverse = jnp.exp(-log_scales)
@@ -156,6 +154,10 @@ class OutputMixture:
     per_component = jnp.where(index == 0, below,
                               jnp.where(index == n - 1, above, middle))
     return jax.nn.logsumexp(per_component + log_weights, axis=-1)
+
+  def _half_bin(self, vocab_size: int) -> float:
+    """h: half a bin's width on [-1, 1] over this vocabulary's values."""
+    return 1.0 / (vocab_size - self.first_id - 1)
 
   def _parts(self, params: jax.Array):
     """(log weights, means, log scales), each [..., M], in float32 at
