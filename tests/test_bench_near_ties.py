@@ -9,6 +9,7 @@ from flax import nnx
 
 from bpd_jax.bench import near_ties
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models.mixture import OutputMixture
 
 
 def model():
@@ -29,6 +30,17 @@ def test_a_tie_is_a_near_tie_and_a_clear_choice_is_not():
       :, 3].set(column).at[:, 4].set(column)
   assert near_ties.top2_margin(m, inputs[0], [3]) < (
       near_ties.RELATIVE_TOLERANCE)
+
+
+def test_a_mixture_outputs_margin_is_read_against_its_values():
+  """The log-probabilities a mixture gives pad, eos and bos are of the
+  values' own size: a clear choice stays clear."""
+  config = dataclasses.replace(model().config, vocab_size=3 + 20,
+                               mixture=OutputMixture(2, 3))
+  m = Transformer(config, rngs=nnx.Rngs(0))
+  m.mixture_output.kernel[...] = m.mixture_output.kernel[...] * 300
+  inputs = np.array([4, 5, 1, 0])
+  assert near_ties.top2_margin(m, inputs, [3]) > near_ties.RELATIVE_TOLERANCE
 
 
 def test_count_differences():

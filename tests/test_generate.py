@@ -402,7 +402,7 @@ def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
       result = generate.blockwise(model, inputs, k=6, max_len=20)
       assert_same_or_near_tie(model, inputs, reference, result)
       assert float(result.mean_block_size) > 1.0
-      # Only values: a mixture gives pad, eos and bos no mass.
+      # Only values: pad, eos and bos get the floor's mass (1e-30).
       assert (np.asarray(reference.tokens) >= 3).all()
 
 

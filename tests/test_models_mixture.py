@@ -52,8 +52,8 @@ def test_log_probs_equal_a_hand_computation_and_sum_to_one():
   # a relative 1e-4.
   np.testing.assert_allclose(got[3:], hand_log_probs(weights, means, scales,
                                                      9), atol=2e-4)
-  # pad, eos, bos: no mass.
-  np.testing.assert_array_equal(got[:3], mixture_lib.OUTSIDE)
+  # pad, eos, bos: the floor's mass, 1e-30.
+  np.testing.assert_allclose(got[:3], mixture_lib.OUTSIDE, rtol=1e-6)
   assert float(jnp.exp(got).sum()) == pytest.approx(1.0, abs=1e-6)
 
 

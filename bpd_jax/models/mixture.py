@@ -23,6 +23,7 @@ for tokens that are residuals from a reference, the reference itself).
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -35,10 +36,12 @@ from bpd_jax.infra import numeric
 CONFIG_FIELDS = {'mixture_components': 'components',
                  'mixture_first_id': 'first_id'}
 MIN_LOG_SCALE = -7.0  # Scales below e^-7 (a 1/1000 of a bin): no gradient.
-# The log-probability given to ids outside the support (the special ids):
-# finite, so that p * log p stays 0 where p is 0.
-OUTSIDE = -1e9
 FLOOR = 1e-30  # The least mass `log_probs` gives a value (see there).
+# The log-probability of ids outside the values (the special ids): the
+# floor's, finite (p log p stays 0) and of the size of the values' own
+# (a top-2 margin read against the largest |logit|, bench/near_ties.py,
+# keeps its meaning).
+OUTSIDE = math.log(FLOOR)
 INITIAL_SCALE_BINS = 8  # Components start this many bins wide.
 # The output layer's kernel starts this much smaller than a linear layer's
 # (std 0.01 / sqrt(d_model)): the means start within a few bins of the
@@ -53,7 +56,8 @@ class OutputMixture:
   Attributes:
     components: M, the logistic components.
     first_id: the lowest value's id; ids first_id .. vocab_size - 1 are the
-      ordered values, every id below it (pad, eos, bos) has probability 0.
+      ordered values, every id below it (pad, eos, bos) has the FLOOR's
+      probability (1e-30: never drawn, never an argmax).
   """
   components: int = 5
   first_id: int = 3
