@@ -87,17 +87,20 @@ def check_special_ids(model_config: TransformerConfig, vocab) -> None:
         f'the model\'s special ids ({show(model)}) are not the task '
         f'vocabulary\'s ({show(task)}): set the model section\'s to the '
         f'vocabulary\'s.')
-  mixture, first = model_config.mixture, getattr(vocab, 'intensity_offset',
-                                                 None)
-  if mixture is not None and mixture.first_id != first:
+  mixture = model_config.mixture
+  if mixture is None:
+    return
+  first = getattr(vocab, 'intensity_offset', None)
+  if first is None:
     raise errors.ConfigError(
-        f'model.mixture_first_id={mixture.first_id}: a mixture output is '
-        f'over the ordered values of an image task, whose first id is '
-        f'{first}: set model.mixture_first_id to it.' if first is not None
-        else
         'a mixture output (model.mixture_components) is over the ordered '
         'values of an image task; this task\'s tokens are not ordered '
         'values: set model.mixture_components=0.')
+  if mixture.first_id != first:
+    raise errors.ConfigError(
+        f'model.mixture_first_id={mixture.first_id}: a mixture output is '
+        f'over the ordered values of an image task, whose first id is '
+        f'{first}: set model.mixture_first_id to it.')
 
 
 def random_model(config, vocab_size: int) -> Transformer:
