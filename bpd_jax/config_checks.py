@@ -101,6 +101,7 @@ def _check_rates(train) -> None:
             default=1.0)
   number_in(train, 'train', 'input_dropout', 0, 1, open_high=True,
             default=0.0)
+  number_in(train, 'train', 'scheduled_sampling', 0, 1, default=0.0)
   number_in(train, 'train', 'head_position_fraction', 0, 1, open_low=True)
   number_in(train, 'train', 'clip_norm', 0)
 

@@ -87,6 +87,11 @@ def get_config():
   # theirs: 'data' (the true tokens) or 'own' (their own drafts, as when
   # decoding: the training-time test).
   train.draft_inputs = 'data'
+  # Share of the decoder's target inputs replaced by the model's own
+  # prediction there (argmax of a first pass, no gradient): it learns to
+  # read what it will read when decoding (parallel scheduled sampling).
+  # 0: the data's tokens only.
+  train.scheduled_sampling = 0.0
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.

@@ -24,6 +24,8 @@ of this one config:
                      input's bicubic upsampling there) or 'intensities'
     mixture=M        a discretized logistic mixture of M components over
                      the values (default 2; 0: a softmax over them)
+    window=W         each decoder input also reads the W x W input pixels
+                     around the one under it (odd; default 0: off)
 
 First, once, on a machine with the data (TFDS downloads CelebA from its
 source; array_record is the format `tfds.data_source` reads):
@@ -77,7 +79,7 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
       data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
-      mixture=2)
+      mixture=2, window=0)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
@@ -126,6 +128,9 @@ def get_config(arg=None):
   model.target_image_side = high_res  # Side of the output image.
   model.image_channels = 3  # Intensities per pixel (RGB).
   model.image_source_skip = False  # Conditioning by cross-attention alone.
+  # And the window x window input pixels around each output pixel, with its
+  # place inside its input pixel (0: none).
+  model.image_source_window = options['window']
   model.local_attention_block = high_res * 3  # Query block: one image row.
   model.local_attention_memory = high_res * 3  # And the row above it.
   model.max_source_len = low_res * low_res * 3  # Longest input.

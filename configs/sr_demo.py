@@ -34,7 +34,9 @@ Options (`--config=configs/sr_demo.py:quick,targets=...,mixture=...`):
 quick (a one-minute run that shows the pipeline, not the quality);
 targets ('residuals', default, or 'intensities': what the decoder
 writes); mixture (components of the discretized logistic mixture output,
-default 2; 0: a softmax over the values). Any field can be overridden, e.g.
+default 2; 0: a softmax over the values); window (each decoder input also
+reads the window x window input pixels around its own, odd; default 0:
+off). Any field can be overridden, e.g.
 `--config.eval.criteria="('exact','distance:2')"`. Fields not set here
 keep configs/base.py's value (documented there).
 """
@@ -46,7 +48,7 @@ base = config_options.sibling(__file__, 'base')
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, targets='residuals',
-                                 mixture=2)
+                                 mixture=2, window=0)
   quick = options['quick']
   high_res, low_res = 16, 8
   config = base.get_config()
@@ -76,6 +78,9 @@ def get_config(arg=None):
   model.target_image_side = high_res  # Side of the output image.
   model.image_channels = 3  # Intensities per pixel (RGB).
   model.image_source_skip = True  # Decoder input + the input pixel under it.
+  # And the window x window input pixels around it, with the output pixel's
+  # place inside it (0: none).
+  model.image_source_window = options['window']
   model.local_attention_block = high_res * 3  # Query block: one image row.
   model.local_attention_memory = high_res * 3  # And the row above it.
   model.max_source_len = low_res * low_res * 3  # Longest input.

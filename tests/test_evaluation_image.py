@@ -12,6 +12,7 @@ from bpd_jax.evaluation import spec
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
+from bpd_jax.models.positions import ImagePositions
 from bpd_jax.tasks.images import task as image_task
 from bpd_jax.tasks.images.tokens import ImageVocabulary
 
@@ -70,11 +71,17 @@ def tiny_image_task(count=5, high=4, low=2, targets='intensities'):
 
 
 def tiny_image_model(high=4, low=2, seed=0, targets='intensities',
-                     mixture=None):
+                     mixture=None, window=0):
+  """window > 0: image positions, the input skip and that input window."""
+  image_positions = None
+  if window:
+    image_positions = ImagePositions(low, high, 3, source_skip=True,
+                                     source_window=window)
   config = TransformerConfig(
       vocab_size=ImageVocabulary(targets).vocab_size, d_model=16, d_ff=32,
       num_heads=2, num_encoder_layers=1, num_decoder_layers=2,
-      dropout_rate=0.0, positions='learned', max_source_len=low * low * 3,
+      dropout_rate=0.0, positions='image' if window else 'learned',
+      image=image_positions, max_source_len=low * low * 3,
       max_target_len=high * high * 3 + 4, num_proposal_heads=4,
       head_hidden=16, local_attention_block=6, local_attention_memory=6,
       mixture=mixture)
@@ -103,13 +110,16 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   assert result['outputs']['greedy'].shape == (5, 4, 4, 3)
 
 
-def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_bicubic():
-  """Residual targets and a mixture output: exact blockwise == greedy on
-  every image, and an untrained model (every component centred on the
-  reference, a few values wide) returns bicubic's image within its
-  kernel's start."""
+@pytest.mark.parametrize('window', [0, 3])
+def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_bicubic(
+    window):
+  """Residual targets and a mixture output, with or without the input
+  window: exact blockwise == greedy on every image, and an untrained model
+  (every component centred on the reference, a few values wide) returns
+  bicubic's image within its kernel's start."""
   task = tiny_image_task(targets='residuals')
-  model = tiny_image_model(targets='residuals', mixture=OutputMixture(3, 3))
+  model = tiny_image_model(targets='residuals', mixture=OutputMixture(3, 3),
+                           window=window)
   decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:8')]
   result = image.evaluate(model, task, 'validation', decoders,
                           batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)

@@ -17,7 +17,7 @@ import xla_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize('arg', [None, 'quick'])
+@pytest.mark.parametrize('arg', [None, 'quick', 'window=3'])
 def test_config_passes_the_checks(arg):
   config_checks.check(train_configs.load_config('sr_demo', arg))
 
@@ -53,6 +53,14 @@ def test_bad_eval_fields_stop_before_any_work():
   config.train.input_dropout = 1.0
   with pytest.raises(ValueError, match=r'input_dropout=1.0 must be a finite '
                      r'number in \[0, 1\)'):
+    config_checks.check(config)
+  config = train_configs.load_config('sr_demo', 'window=4')
+  with pytest.raises(ValueError, match='image.source_window=4 must be 0 or '
+                     'an odd integer'):
+    config_checks.check(config)
+  config = train_configs.load_config('sr_demo')
+  config.train.scheduled_sampling = 1.5
+  with pytest.raises(ValueError, match='scheduled_sampling=1.5'):
     config_checks.check(config)
 
 

@@ -168,6 +168,39 @@ def test_input_dropout_hides_decoder_inputs_but_not_labels():
   assert float(run(0.5)[0]) != float(run(0.0)[0])
 
 
+@pytest.mark.parametrize('encoder_layers', [2, 0])
+def test_scheduled_sampling_feeds_the_models_own_predictions(encoder_layers):
+  """Rate 1: the loss of a decoder that reads, after bos, its own argmax
+  of a first pass at every learned token (a decoder-only model's prompt
+  stays the data's); rate 0 or no key: the data's inputs."""
+  model = Transformer(TransformerConfig.from_size(
+      'tiny', vocab_size=12, num_proposal_heads=2, dropout_rate=0.0,
+      num_encoder_layers=encoder_layers), rngs=nnx.Rngs(0))
+  batch = dict(source=jnp.array([[5, 6, 7], [8, 0, 0]]),
+               target=jnp.array([[9, 10, 4, 1], [6, 1, 0, 0]]))
+  run = lambda rate, key=jax.random.key(3): losses.heads_loss(
+      model, batch, first=0, count=1, label_smoothing=0.0,
+      random_head=False, dropout_key=key, head_key=jax.random.key(0),
+      scheduled_sampling=rate)[0]
+  source, tokens, labels = batch['source'], batch['target'], batch['target']
+  if not encoder_layers:
+    tokens, labels = losses.decoder_only_sequence(source, tokens, 0)
+    source = None
+  data_input = losses.shift_right(tokens, model.config.bos_id)
+  first = model.head_logits(model(source, data_input), 0, 1)[:, :, 0]
+  own_input = losses.shift_right(jnp.argmax(first, -1), model.config.bos_id)
+  learned = losses.shift_right(labels != 0, False)
+  assert learned.sum() < learned.size  # Prompt and padding stay the data's.
+  fed = jnp.where(learned, own_input, data_input)
+  assert (fed != data_input).any()
+  logits = model.head_logits(model(source, fed), 0, 1)[:, :, 0]
+  mask = labels != 0
+  expected = (cross_entropy(logits, labels, 0.0) * mask).sum() / mask.sum()
+  np.testing.assert_allclose(run(1.0), expected, rtol=1e-5)
+  np.testing.assert_allclose(run(0.0), run(0.5, None), rtol=1e-6)
+  assert float(run(0.5)) != float(run(0.0))
+
+
 def test_sequential_heads_are_trained_on_the_true_previous_tokens():
   """Teacher forcing: head h reads the true token h - 1 positions on, so
   its loss is the cross-entropy of the heads fed exactly those tokens."""

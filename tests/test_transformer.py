@@ -73,7 +73,9 @@ def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
         'local_attention_memory': local_memory,
         'image': ImagePositions(
             source_side=1, target_side=2,
-            source_skip=encoder_layers > 0) if positions == 'image' else None})
+            source_skip=encoder_layers > 0,
+            source_window=3 if encoder_layers else 0)
+        if positions == 'image' else None})
     model = Transformer(config, rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     source = None

@@ -11,7 +11,9 @@ rotates queries and keys by their positions instead):
   decoder positions over the same spot of a low- and a high-resolution
   image get matching codes. `ImagePositions` describes the images, and its
   optional input skip (`source_under`) adds to each decoder position the
-  input intensity under its output pixel.
+  input intensity under its output pixel; its optional input window
+  (`source_window_values`, `subpixel_phase`) the input neighbourhood
+  around that pixel and where in the input pixel the output pixel sits.
 """
 
 import dataclasses
@@ -28,7 +30,8 @@ POSITIONS = ('sinusoidal', 'learned', 'image', 'rotary')
 CONFIG_FIELDS = {'source_image_side': 'source_side',
                  'target_image_side': 'target_side',
                  'image_channels': 'channels',
-                 'image_source_skip': 'source_skip'}
+                 'image_source_skip': 'source_skip',
+                 'image_source_window': 'source_window'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +50,35 @@ class ImagePositions:
       The paper's model conditions through cross-attention alone; this
       shortcut lets a small model on a CPU learn super-resolution in
       minutes rather than days.
+    source_window: side (odd) of the input neighbourhood each decoder
+      input also reads, 0 for none: the window x window input pixels
+      centred on the one under the output pixel (every channel; edges
+      repeated), projected to the model's width, plus an embedding of the
+      output pixel's sub-pixel phase (where it sits inside that input
+      pixel). What an interpolation filter reads: the detail bicubic
+      misses is a function of the neighbourhood and the phase, which
+      cross-attention alone takes a small model long to learn.
   """
   source_side: int = 0
   target_side: int = 0
   channels: int = 3
   source_skip: bool = False
+  source_window: int = 0
+
+  @property
+  def reads_source(self) -> bool:
+    """Whether the decoder input reads source tokens (skip or window)."""
+    return self.source_skip or self.source_window > 0
+
+  @property
+  def upscale(self) -> int:
+    """Output pixels per input pixel along a side."""
+    return self.target_side // self.source_side
+
+  @property
+  def window_width(self) -> int:
+    """Values the input window gives a decoder position."""
+    return self.source_window ** 2 * self.channels
 
   def problems(self, encoder_decoder: bool, d_model: int) -> list[str]:
     """What is wrong with these images for a model of that shape."""
@@ -67,6 +94,20 @@ class ImagePositions:
     if self.source_skip and not encoder_decoder:
       found.append('image.source_skip needs an encoder '
                    '(num_encoder_layers > 0).')
+    window = self.source_window
+    if not numeric.is_integer(window) or window < 0 or (
+        window and window % 2 == 0):
+      found.append(f'image.source_window={window!r} must be 0 or an odd '
+                   f'integer >= 1 (a window centred on the input pixel).')
+    elif window and not encoder_decoder:
+      found.append('image.source_window needs an encoder '
+                   '(num_encoder_layers > 0).')
+    elif window and self.source_side >= 1 and (
+        self.target_side % self.source_side):
+      found.append(f'image.source_window needs target_side '
+                   f'({self.target_side}) a multiple of source_side '
+                   f'({self.source_side}): one sub-pixel phase per output '
+                   f'pixel.')
     return found
 
   @classmethod
@@ -144,3 +185,49 @@ def source_under(positions: jax.Array, image: ImagePositions) -> jax.Array:
   row = jnp.minimum(pixel // high, high - 1) * low // high
   column = pixel % high * low // high
   return (row * low + column) * channels + positions % channels
+
+
+def _target_pixel(positions: jax.Array, image: ImagePositions):
+  """(row, column) of each output position's pixel; positions past the
+  target image take its last row."""
+  pixel = positions // image.channels
+  high = image.target_side
+  return jnp.minimum(pixel // high, high - 1), pixel % high
+
+
+def source_window_values(source: jax.Array, positions: jax.Array,
+                         image: ImagePositions) -> jax.Array:
+  """The input neighbourhood around each output position's input pixel.
+
+  Args:
+    source: [batch, source_side**2 * channels] source ids in raster order;
+      read as numbers (id / 128 - 1): an intensity's id is the intensity
+      plus a fixed offset, which the projection's bias absorbs.
+    positions: [batch, n] decoder positions.
+    image: the source and target images (source_window > 0).
+
+  Returns:
+    [batch, n, window_width] float32: for each of the window's rows, then
+    columns, then channels, the value at that input pixel (the nearest
+    edge pixel outside the image).
+  """
+  low, window = image.source_side, image.source_window
+  row, column = _target_pixel(positions, image)
+  row, column = row // image.upscale, column // image.upscale
+  offsets = jnp.arange(window) - window // 2
+  rows = jnp.clip(row[..., None] + offsets, 0, low - 1)       # [b, n, w]
+  columns = jnp.clip(column[..., None] + offsets, 0, low - 1)
+  pixels = rows[..., :, None] * low + columns[..., None, :]   # [b, n, w, w]
+  index = (pixels[..., None] * image.channels
+           + jnp.arange(image.channels))                      # [..., C]
+  batch, n = positions.shape
+  values = jnp.take_along_axis(source, index.reshape(batch, -1), axis=1)
+  return values.reshape(batch, n, image.window_width).astype(
+      jnp.float32) / 128.0 - 1.0
+
+
+def subpixel_phase(positions: jax.Array, image: ImagePositions) -> jax.Array:
+  """[...] index in [0, upscale**2) of where each output position's pixel
+  sits inside its input pixel (row-major)."""
+  row, column = _target_pixel(positions, image)
+  return row % image.upscale * image.upscale + column % image.upscale

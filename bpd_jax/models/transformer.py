@@ -62,7 +62,8 @@ class DecodeCache:
     memory_valid: [batch, source_length] bool, False at source padding;
       None for decoder-only models.
     skip_source: [batch, source_length] the source tokens the image input
-      skip reads at every step (config.image.source_skip); None otherwise.
+      skip or window reads at every step (config.image.reads_source); None
+      otherwise.
     draft: the autoregressive draft layer's cache (same positions); None
       for the other head layers.
   """
@@ -137,6 +138,11 @@ class Transformer(nnx.Module):
       self.channel_embed = embed(config.image.channels)
       if config.image.source_skip:
         self.skip_embed = embed(config.vocab_size)
+      if config.image.source_window:
+        self.window_projection = nnx.Linear(
+            config.image.window_width, config.d_model,
+            **layers.linear_kwargs(config, rngs))
+        self.phase_embed = embed(config.image.upscale ** 2)
     self.embed_dropout = nnx.Dropout(config.dropout_rate)
     self.encoder_layers = nnx.List(
         [layers.EncoderLayer(config, rngs=rngs)
@@ -204,6 +210,12 @@ class Transformer(nnx.Module):
         x = x + self.skip_embed(embedding_rows(jnp.take_along_axis(
             source_tokens, positions_lib.source_under(positions, image),
             axis=1)))
+      if image.source_window and not source:
+        window = positions_lib.source_window_values(source_tokens,
+                                                    positions, image)
+        x = x + self.window_projection(window.astype(x.dtype))
+        x = x + self.phase_embed(positions_lib.subpixel_phase(positions,
+                                                              image))
     elif config.positions == 'sinusoidal':
       x = x + positions_lib.sinusoidal(positions, config.d_model,
                                        wide).astype(x.dtype)
@@ -494,7 +506,7 @@ class Transformer(nnx.Module):
                                 config.attention_head_dim,
                                 jnp.dtype(config.dtype))
         for _ in self.decoder_layers)
-    skip = config.image is not None and config.image.source_skip
+    skip = config.image is not None and config.image.reads_source
     draft = None
     if config.head_layer == 'autoregressive':
       draft = self.heads.draft.init_cache(batch, positions,

@@ -86,7 +86,7 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                dropout_key: jax.Array, head_key: jax.Array,
                head1_weight: float = 0.0, input_dropout: float = 0.0,
                position_fraction: float = 1.0, head_targets: str = 'data',
-               draft_inputs: str = 'data'):
+               draft_inputs: str = 'data', scheduled_sampling: float = 0.0):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -132,6 +132,15 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       argmax of their states; the training-time test of HASS and EAGLE-3),
       which is what they read when decoding. Head 1's token is the base's,
       always accepted: part of the prefix, the data in training.
+    scheduled_sampling: probability that a decoder input token of the
+      target (bos and a prompt excepted) is the model's own prediction
+      there instead of the data's, drawn with `dropout_key` (parallel
+      scheduled sampling, Duckworth et al. 2019): the argmax of a first
+      pass without dropout on the data, with no gradient. What a model
+      reads when decoding is its own output; trained only on the data's,
+      an image model learns that a pixel's residual is its neighbour's,
+      which is right given the true neighbour and copies its own guess
+      when decoding. Applied before input dropout.
 
   The autoregressive draft layer's heads are its drafting steps; its loss
   adds `draft_feature_loss`, the regression of each step's state to the
@@ -143,7 +152,7 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     not trained this step).
   """
   inputs = _decoder_pass(model, batch, first, count, dropout_key,
-                         input_dropout, head_targets)
+                         input_dropout, head_targets, scheduled_sampling)
   weights = head_weights(first, count, head1_weight)
   own_drafts = draft_inputs == 'own'
   if position_fraction < 1 and count > int(first == 0):
@@ -176,11 +185,12 @@ class _Pass(NamedTuple):
 
 def _decoder_pass(model, batch: dict, first: int, count: int,
                   dropout_key: jax.Array | None, input_dropout: float,
-                  head_targets: str) -> _Pass:
-  """The decoder's pass over a batch (with dropout and input dropout when
-  `dropout_key` is given), the heads' labels and, for head_targets='base',
-  the base's distributions from a pass without dropout (see
-  `heads_loss`)."""
+                  head_targets: str, scheduled_sampling: float = 0.0
+                  ) -> _Pass:
+  """The decoder's pass over a batch (with dropout, scheduled sampling
+  and input dropout when `dropout_key` is given), the heads' labels and,
+  for head_targets='base', the base's distributions from a pass without
+  dropout (see `heads_loss`)."""
   source, target = batch['source'], batch['target']
   tokens = target  # The decoder's tokens; `target` keeps the labels.
   if not model.config.is_encoder_decoder:
@@ -189,6 +199,10 @@ def _decoder_pass(model, batch: dict, first: int, count: int,
     source = None
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
   decoder_input = shift_right(tokens, model.config.bos_id)
+  if scheduled_sampling and dropout_key is not None:
+    decoder_input = _with_own_predictions(
+        model, source, decoder_input, target,
+        jax.random.fold_in(dropout_key, 2), scheduled_sampling)
   if input_dropout and dropout_key is not None:
     hidden_token = jax.random.bernoulli(
         jax.random.fold_in(dropout_key, 1), input_dropout,
@@ -208,6 +222,23 @@ def _decoder_pass(model, batch: dict, first: int, count: int,
     base_logits = model.head_logits(clean, 0, 1, next_tokens)[:, :, 0]
     soft = base_targets(jax.lax.stop_gradient(base_logits), first, count)
   return _Pass(target, outputs, next_tokens, labels, soft)
+
+
+def _with_own_predictions(model, source, decoder_input: jax.Array,
+                          target: jax.Array, key: jax.Array,
+                          rate: float) -> jax.Array:
+  """decoder_input [batch, T] with each input that is a learned token
+  (target's label before it is not pad) replaced, with probability
+  `rate`, by the model's argmax there from a pass on decoder_input
+  (`heads_loss`'s scheduled_sampling)."""
+  pad_id, bos_id = model.config.pad_id, model.config.bos_id
+  hidden = model.run(source, decoder_input).hidden
+  own = jnp.argmax(model.head_logits(hidden, 0, 1)[:, :, 0], axis=-1)
+  own = shift_right(jax.lax.stop_gradient(own).astype(decoder_input.dtype),
+                    bos_id)
+  learned = shift_right(target != pad_id, False)
+  replaced = learned & jax.random.bernoulli(key, rate, decoder_input.shape)
+  return jnp.where(replaced, own, decoder_input)
 
 
 def _every_position_sums(model, inputs: _Pass, first: int, count: int,
