@@ -24,15 +24,15 @@ def test_figures_of_known_timings():
       step_cost_k=2e-3)
   assert figures == dict(
       wall_s=2.0, tokens=60, tokens_per_s=30.0, step_cost_1_ms=1.0,
-      step_cost_k_ms=2.0, iteration_ms=150.0, fixed_ms=400.0, speedup=2.0,
-      efficiency=1.333)
+      step_cost_k_ms=2.0, step_cost_ratio=2.0, iteration_ms=150.0,
+      fixed_ms=400.0, speedup=2.0, efficiency=1.333)
   # A tree: no k-position call bounds it.
   tree = runner.figures(
       wall_s=2.0, reference_wall_s=1.0, tokens=60, mean_block=3.0,
       iterations=10, decode_calls=2, iteration_s=0.15, step_cost_1=1e-3,
       step_cost_k=None)
-  assert (tree['speedup'], tree['efficiency'], tree['step_cost_k_ms']) == (
-      0.5, None, None)
+  assert (tree['speedup'], tree['efficiency'], tree['step_cost_k_ms'],
+          tree['step_cost_ratio']) == (0.5, None, None, None)
 
 
 def tiny_model():

@@ -49,7 +49,7 @@ COLUMNS = (
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
-    'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
+    'step_cost_ratio', 'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
     'memory_vs_greedy', 'auto_iteration_ms',
     'recompiles')
 
@@ -212,7 +212,8 @@ def figures(*, wall_s: float, reference_wall_s: float, tokens: int,
 
   Returns:
     wall_s, tokens, tokens_per_s, step_cost_1_ms, step_cost_k_ms,
-    iteration_ms, fixed_ms (per decode call, outside its loop iterations
+    step_cost_ratio (T(k) / T(1): what a call of the drafter and the k
+    positions costs in greedy calls), iteration_ms, fixed_ms (per decode call, outside its loop iterations
     after the first call), speedup and efficiency (speedup / (mean_block
     x T(1) / T(k)); None without step_cost_k).
   """
@@ -225,6 +226,8 @@ def figures(*, wall_s: float, reference_wall_s: float, tokens: int,
       step_cost_1_ms=_significant(step_cost_1 * 1e3),
       step_cost_k_ms=(None if step_cost_k is None
                       else _significant(step_cost_k * 1e3)),
+      step_cost_ratio=(None if step_cost_k is None
+                       else round(step_cost_k / step_cost_1, 3)),
       iteration_ms=_significant(iteration_s * 1e3),
       fixed_ms=_significant(
           (wall_s - (iterations - decode_calls) * iteration_s)
