@@ -45,7 +45,7 @@ other head types, on a trained base in $RUNS/base:
         --workdir=$RUNS/distilled_finetuned
     python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=sequential \
         --workdir=$RUNS/sequential
-    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=autoregressive,source=base \
+    python -m bpd_jax.main --config=configs/multi30k.py:init_from=$RUNS/base,heads=autoregressive,source=base,targets=base \
         --workdir=$RUNS/draft_layer_source
 
 Results, with every setting's command: docs/results/multi30k.md. Fields not
