@@ -180,11 +180,10 @@ def source_under(positions: jax.Array, image: ImagePositions) -> jax.Array:
   Returns:
     [...] source positions.
   """
-  channels, high, low = image.channels, image.target_side, image.source_side
-  pixel = positions // channels
-  row = jnp.minimum(pixel // high, high - 1) * low // high
-  column = pixel % high * low // high
-  return (row * low + column) * channels + positions % channels
+  high, low = image.target_side, image.source_side
+  row, column = _target_pixel(positions, image)
+  row, column = row * low // high, column * low // high
+  return (row * low + column) * image.channels + positions % image.channels
 
 
 def _target_pixel(positions: jax.Array, image: ImagePositions):
