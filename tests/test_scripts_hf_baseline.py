@@ -6,8 +6,6 @@ and the ratios and table are tested without it; the tests that build the
 HF model skip unless torch and transformers are installed.
 """
 
-import importlib.util
-import os
 import types
 
 import numpy as np
@@ -16,19 +14,9 @@ import pytest
 from bpd_jax import generate
 from bpd_jax.models import TransformerConfig
 
-from train_configs import ROOT
+from train_configs import load_script
 
-
-def _load_script():
-  """scripts/hf_baseline.py as a module (scripts/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(
-      'hf_baseline', os.path.join(ROOT, 'scripts', 'hf_baseline.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-hf_baseline = _load_script()
+hf_baseline = load_script('hf_baseline')
 
 NEW_TOKENS = 12
 

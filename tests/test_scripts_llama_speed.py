@@ -2,31 +2,14 @@
 at a tiny shape where torch and transformers are installed (CI has
 neither: those tests skip)."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
-from train_configs import ROOT
+from train_configs import load_script
 
-SCRIPTS = os.path.join(ROOT, 'scripts')
-
-
-def _load_script():
-  """scripts/llama_speed.py as a module; it imports its sibling
-  hf_baseline as a script run from scripts/ does."""
-  if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
-  spec = importlib.util.spec_from_file_location(
-      'llama_speed', os.path.join(SCRIPTS, 'llama_speed.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-llama_speed = _load_script()
+llama_speed = load_script('llama_speed')
 OURS = llama_speed.hf_baseline.OURS
 
 

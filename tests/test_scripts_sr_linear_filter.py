@@ -1,27 +1,15 @@
 """scripts/sr_linear_filter.py: the least-squares filter over the input's
 neighbourhood, on a few hundred crops."""
 
-import importlib.util
-import os
-
 import numpy as np
 
 from bpd_jax.evaluation import image as image_eval
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tokens
 
-from train_configs import ROOT
+from train_configs import load_script
 
-
-def _load_script():
-  spec = importlib.util.spec_from_file_location(
-      'sr_linear_filter', os.path.join(ROOT, 'scripts', 'sr_linear_filter.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-sr_linear_filter = _load_script()
+sr_linear_filter = load_script('sr_linear_filter')
 
 
 def test_neighbourhoods_hold_the_window_around_each_output_pixel():

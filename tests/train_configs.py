@@ -2,17 +2,32 @@
 
 import importlib.util
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(ROOT, 'scripts')
+
+
+def _load_module(name: str, path: str):
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def load_script(name):
+  """scripts/NAME.py as a module (scripts/ is not a package); scripts/ is
+  put on sys.path, as running a script from it does, so that a script
+  imports its siblings."""
+  if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)
+  return _load_module(name, os.path.join(SCRIPTS, f'{name}.py'))
 
 
 def load_config(name, arg=None):
   """configs/NAME.py's get_config(arg), loaded as config_flags loads it."""
-  spec = importlib.util.spec_from_file_location(
-      f'{name}_config', os.path.join(ROOT, 'configs', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return _load_module(f'{name}_config', os.path.join(
+      ROOT, 'configs', f'{name}.py')).get_config(arg)
 
 
 def demo_config(arg=None):

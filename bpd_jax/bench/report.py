@@ -19,7 +19,8 @@ TABLE_COLUMNS = (
     'sampler',
     'wall_s',
     'tokens_per_s', 'speedup', 'mean_accepted_block', 'step_cost_1_ms',
-    'step_cost_k_ms', 'step_cost_ratio', 'iteration_ms', 'fixed_ms', 'efficiency',
+    'step_cost_k_ms', 'step_cost_ratio', 'iteration_ms', 'fixed_ms',
+    'efficiency',
     'identical_to_greedy',
     'near_tie_differences', 'quality', 'compile_s', 'memory_vs_greedy',
     'recompiles')

@@ -49,8 +49,8 @@ COLUMNS = (
     'wall_s', 'tokens', 'tokens_per_s', 'model_calls', 'iterations',
     'mean_accepted_block', 'identical_to_greedy', 'differences',
     'near_tie_differences', 'quality', 'step_cost_1_ms', 'step_cost_k_ms',
-    'step_cost_ratio', 'iteration_ms', 'fixed_ms', 'speedup', 'efficiency', 'peak_memory_mb',
-    'memory_vs_greedy', 'auto_iteration_ms',
+    'step_cost_ratio', 'iteration_ms', 'fixed_ms', 'speedup', 'efficiency',
+    'peak_memory_mb', 'memory_vs_greedy', 'auto_iteration_ms',
     'recompiles')
 
 
@@ -213,9 +213,10 @@ def figures(*, wall_s: float, reference_wall_s: float, tokens: int,
   Returns:
     wall_s, tokens, tokens_per_s, step_cost_1_ms, step_cost_k_ms,
     step_cost_ratio (T(k) / T(1): what a call of the drafter and the k
-    positions costs in greedy calls), iteration_ms, fixed_ms (per decode call, outside its loop iterations
-    after the first call), speedup and efficiency (speedup / (mean_block
-    x T(1) / T(k)); None without step_cost_k).
+    positions costs in greedy calls), iteration_ms, fixed_ms (per decode
+    call, outside its loop iterations after the first call), speedup and
+    efficiency (speedup / (mean_block x T(1) / T(k)); None without
+    step_cost_k).
   """
   speedup = reference_wall_s / wall_s
   bound = (mean_block * step_cost_1 / step_cost_k

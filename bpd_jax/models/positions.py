@@ -180,10 +180,9 @@ def source_under(positions: jax.Array, image: ImagePositions) -> jax.Array:
   Returns:
     [...] source positions.
   """
-  high, low = image.target_side, image.source_side
-  row, column = _target_pixel(positions, image)
-  row, column = row * low // high, column * low // high
-  return (row * low + column) * image.channels + positions % image.channels
+  row, column = _source_pixel(positions, image)
+  return ((row * image.source_side + column) * image.channels
+          + positions % image.channels)
 
 
 def _target_pixel(positions: jax.Array, image: ImagePositions):
@@ -192,6 +191,13 @@ def _target_pixel(positions: jax.Array, image: ImagePositions):
   pixel = positions // image.channels
   high = image.target_side
   return jnp.minimum(pixel // high, high - 1), pixel % high
+
+
+def _source_pixel(positions: jax.Array, image: ImagePositions):
+  """(row, column) of the input pixel under each output position's."""
+  high, low = image.target_side, image.source_side
+  row, column = _target_pixel(positions, image)
+  return row * low // high, column * low // high
 
 
 def source_window_values(source: jax.Array, positions: jax.Array,
@@ -211,8 +217,7 @@ def source_window_values(source: jax.Array, positions: jax.Array,
     edge pixel outside the image).
   """
   low, window = image.source_side, image.source_window
-  row, column = _target_pixel(positions, image)
-  row, column = row // image.upscale, column // image.upscale
+  row, column = _source_pixel(positions, image)
   offsets = jnp.arange(window) - window // 2
   rows = jnp.clip(row[..., None] + offsets, 0, low - 1)       # [b, n, w]
   columns = jnp.clip(column[..., None] + offsets, 0, low - 1)

@@ -198,10 +198,24 @@ def _decoder_pass(model, batch: dict, first: int, count: int,
                                            model.config.pad_id)
     source = None
   rngs = None if dropout_key is None else nnx.Rngs(dropout=dropout_key)
-  decoder_input = shift_right(tokens, model.config.bos_id)
-  if scheduled_sampling and dropout_key is not None:
+  data_input = shift_right(tokens, model.config.bos_id)
+  # Sequential heads read the true tokens before theirs (teacher forcing);
+  # the other head layers ignore them (and XLA drops the unused slices).
+  next_tokens = shifted_targets(tokens, 0, max(first + count - 1, 1),
+                                model.config.pad_id)
+  labels = shifted_targets(target, first, count, model.config.pad_id)
+  sampling = bool(scheduled_sampling) and rngs is not None
+  # Head 1's logits on the data's inputs without dropout, no gradient:
+  # what scheduled sampling feeds back and the soft targets learn (one
+  # pass for both; without dropout the training pass itself is that pass).
+  clean_logits = None
+  if sampling or (head_targets == 'base' and rngs is not None):
+    clean_logits = _head1_logits(model, model.run(source, data_input).hidden,
+                                 next_tokens)
+  decoder_input = data_input
+  if sampling:
     decoder_input = _with_own_predictions(
-        model, source, decoder_input, target,
+        decoder_input, clean_logits, target, model.config,
         jax.random.fold_in(dropout_key, 2), scheduled_sampling)
   if input_dropout and dropout_key is not None:
     hidden_token = jax.random.bernoulli(
@@ -210,33 +224,31 @@ def _decoder_pass(model, batch: dict, first: int, count: int,
     decoder_input = jnp.where(hidden_token, model.config.pad_id,
                               decoder_input)
   outputs = model.run(source, decoder_input, dropout_rngs=rngs)
-  # Sequential heads read the true tokens before theirs (teacher forcing);
-  # the other head layers ignore them (and XLA drops the unused slices).
-  next_tokens = shifted_targets(tokens, 0, max(first + count - 1, 1),
-                                model.config.pad_id)
-  labels = shifted_targets(target, first, count, model.config.pad_id)
   soft = None
   if head_targets == 'base':
-    clean = (outputs.hidden if rngs is None else model.run(
-        source, shift_right(tokens, model.config.bos_id)).hidden)
-    base_logits = model.head_logits(clean, 0, 1, next_tokens)[:, :, 0]
-    soft = base_targets(jax.lax.stop_gradient(base_logits), first, count)
+    if clean_logits is None:
+      clean_logits = _head1_logits(model, outputs.hidden, next_tokens)
+    soft = base_targets(clean_logits, first, count)
   return _Pass(target, outputs, next_tokens, labels, soft)
 
 
-def _with_own_predictions(model, source, decoder_input: jax.Array,
-                          target: jax.Array, key: jax.Array,
+def _head1_logits(model, hidden: jax.Array,
+                  next_tokens: jax.Array) -> jax.Array:
+  """[batch, T, vocab] head 1's logits on a pass's outputs, no gradient."""
+  return jax.lax.stop_gradient(
+      model.head_logits(hidden, 0, 1, next_tokens)[:, :, 0])
+
+
+def _with_own_predictions(decoder_input: jax.Array, logits: jax.Array,
+                          target: jax.Array, config, key: jax.Array,
                           rate: float) -> jax.Array:
   """decoder_input [batch, T] with each input that is a learned token
   (target's label before it is not pad) replaced, with probability
-  `rate`, by the model's argmax there from a pass on decoder_input
-  (`heads_loss`'s scheduled_sampling)."""
-  pad_id, bos_id = model.config.pad_id, model.config.bos_id
-  hidden = model.run(source, decoder_input).hidden
-  own = jnp.argmax(model.head_logits(hidden, 0, 1)[:, :, 0], axis=-1)
-  own = shift_right(jax.lax.stop_gradient(own).astype(decoder_input.dtype),
-                    bos_id)
-  learned = shift_right(target != pad_id, False)
+  `rate`, by the argmax of `logits` [batch, T, vocab] there, the model's
+  prediction on decoder_input (`heads_loss`'s scheduled_sampling)."""
+  own = shift_right(jnp.argmax(logits, axis=-1).astype(decoder_input.dtype),
+                    config.bos_id)
+  learned = shift_right(target != config.pad_id, False)
   replaced = learned & jax.random.bernoulli(key, rate, decoder_input.shape)
   return jnp.where(replaced, own, decoder_input)
 
