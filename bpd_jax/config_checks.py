@@ -42,7 +42,7 @@ def check(config) -> None:
            warmup_steps=1, grad_accum_steps=1, log_every=1,
            checkpoint_every=1, keep_checkpoints=1)
   at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
-           periodic_examples=1, repeats=1)
+           periodic_examples=1, repeats=1, draft_vocab_size=0)
   _check_seed(config)
   _check_buckets(config)
   _check_rates(train)
@@ -52,6 +52,11 @@ def check(config) -> None:
   _check_head_positions(train, model)
   _check_head_targets(train, model)
   _check_mixture(train, model)
+  if model.mixture is not None and ev.draft_vocab_size:
+    raise ValueError(f'eval.draft_vocab_size={ev.draft_vocab_size} with a '
+                     f'mixture output (model.mixture_components='
+                     f'{model.mixture.components}): its drafts have no '
+                     f'vocabulary projection to cut; set it to 0.')
   criteria = ev.get('criteria')
   if not criteria or isinstance(criteria, str):
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '

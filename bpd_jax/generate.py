@@ -69,7 +69,8 @@ class Decoder:
   """
 
   def __init__(self, model: Transformer, mesh=None,
-               batch_axis: str = 'data', param_rules=(), log=print):
+               batch_axis: str = 'data', param_rules=(), log=print,
+               draft_vocab=None):
     """Takes the model apart (and places it on `mesh`, if given).
 
     Args:
@@ -81,6 +82,13 @@ class Decoder:
         config): 'tensor', 'fsdp' or (regex, spec) pairs; () replicates
         the parameters and splits the cache by batch only.
       log: where a rule set's line of what it could not split goes.
+      draft_vocab: distinct token ids the proposals are chosen from (a
+        drafting vocabulary: `draft_vocab.most_frequent`, as FR-Spec's
+        frequent tokens), making each proposal's logits cost n columns of
+        the vocabulary projection instead of all of them; None: the whole
+        vocabulary. Verification reads every id, so the output is the same
+        (greedy's, under exact verification; the base model's
+        distribution, sampling): only acceptance can change.
     """
     if mesh is None:
       if param_rules:
@@ -96,6 +104,7 @@ class Decoder:
                                    _hashable_rules(param_rules))
       model = self._placement.place(model, log)
     self.model = model
+    self.draft_vocab = _checked_draft_vocab(draft_vocab, model.config)
     graphdef, weights = nnx.split(self.model)
     self._weights, treedef = jax.tree_util.tree_flatten(weights)
     self._decode = _structure_decoder(graphdef, treedef)
@@ -270,7 +279,7 @@ class Decoder:
     that weighs most at batch 1.
     """
     if k not in self._layouts:
-      layout = _output_layout(self.model, k)
+      layout = _output_layout(self.model, k, self.draft_vocab)
       if self._placement is not None:
         layout = self._placement.place_layout(layout)
       if self._layouts:  # One vocabulary table serves every k.
@@ -324,7 +333,8 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
               refinement: decoding.Refinement | None = None,
               rescorer=None, sampler: decoding.Sampler | None = None,
               key: int | jax.Array = 0,
-              tree: decoding.Tree | None = None) -> decoding.DecodeResult:
+              tree: decoding.Tree | None = None,
+              draft_vocab=None) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
@@ -333,8 +343,10 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
       sampler, key, tree: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
+    draft_vocab: the ids proposals are chosen from (see `Decoder`).
   """
-  return Decoder(model, mesh, batch_axis).blockwise(
+  return Decoder(model, mesh, batch_axis,
+                 draft_vocab=draft_vocab).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, tuning=tuning, refinement=refinement,
       rescorer=rescorer, sampler=sampler, key=key, tree=tree)
@@ -557,5 +569,23 @@ def _structure_decoder(graphdef, treedef):
 
 
 @functools.partial(jax.jit, static_argnames=('k',))
-def _output_layout(model: Transformer, k: int):
-  return model.decoding_weights(k)
+def _output_layout(model: Transformer, k: int, draft_ids=None):
+  return model.decoding_weights(k, draft_ids)
+
+
+def _checked_draft_vocab(draft_vocab, config) -> np.ndarray | None:
+  """[n] int32 sorted distinct ids of a drafting vocabulary (None: none),
+  or a ValueError naming what is wrong with it."""
+  if draft_vocab is None:
+    return None
+  ids = np.asarray(draft_vocab)
+  if ids.ndim != 1 or not ids.size or not (
+      np.issubdtype(ids.dtype, np.integer)):
+    raise ValueError(f'draft_vocab must be a non-empty 1-D list of token '
+                     f'ids; got shape {ids.shape} of {ids.dtype}.')
+  if ids.min() < 0 or ids.max() >= config.vocab_size:
+    raise ValueError(f'draft_vocab holds ids outside [0, {config.vocab_size})'
+                     f' (the vocabulary): {ids.min()} .. {ids.max()}.')
+  if len(np.unique(ids)) != len(ids):
+    raise ValueError('draft_vocab holds an id twice.')
+  return np.sort(ids).astype(np.int32)

@@ -138,6 +138,10 @@ def get_config():
   # 'distance:EPS' (decoding/criteria.py).
   ev.criteria = ('exact',)
   ev.min_block = 1  # Fewest tokens accepted per call (<= the smallest k).
+  # Proposals chosen among this many most frequent ids of the training
+  # targets (FR-Spec's drafting vocabulary: a cheaper projection per draft,
+  # the same output); 0: the whole vocabulary (bpd_jax/draft_vocab.py).
+  ev.draft_vocab_size = 0
   # Sampled decoders (text tasks), each 'temperature=T[,top_k=K][,top_p=P]':
   # ancestral sampling, then blockwise sampling at every k with the
   # 'exact' criterion (the rejection rule: the base model's distribution)

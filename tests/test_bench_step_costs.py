@@ -1,5 +1,6 @@
 """Step costs: measured per k with one program each, bad k refused."""
 
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -40,3 +41,15 @@ def test_k_outside_the_heads(k):
   model = Transformer(CONFIG, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r'must be in \[1, 3\]'):
     step_costs.measure(model, batch_size=1, source_len=4, max_len=8, k=k)
+
+
+def test_a_drafting_vocabulary_is_timed_in_the_call():
+  model = Transformer(CONFIG.__class__(**{
+      **CONFIG.__dict__, 'head_layer': 'sequential'}), rngs=nnx.Rngs(0))
+  compiled = step_costs._chained_calls._cache_size()
+  costs = step_costs.measure_all(model, [3], draft_ids=np.array([2, 5, 7]),
+                                 batch_size=2, source_len=5, max_len=10,
+                                 repeats=2)
+  assert set(costs) == {3} and costs[3] > 0
+  # Its own program: the drafts' projection has another shape.
+  assert step_costs._chained_calls._cache_size() == compiled + 1

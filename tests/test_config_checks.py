@@ -41,6 +41,8 @@ def test_a_config_at_every_limit_passes():
 
 @pytest.mark.parametrize('section,field,value,message', [
     ('train', 'batch_size', 0, 'train.batch_size=0 must be an integer >= 1'),
+    ('eval', 'draft_vocab_size', -1, 'eval.draft_vocab_size=-1 must be an '
+     'integer >= 0'),
     ('train', 'batch_size', True, 'train.batch_size=True must be an integer '
      '>= 1'),
     ('train', 'learning_rate', 0.0, r'train.learning_rate=0.0 must be a '
@@ -275,6 +277,17 @@ def test_a_mixture_output_takes_no_label_smoothing():
     config_checks.check(config)
   config.model.mixture_components = -1
   with pytest.raises(ValueError, match='mixture.components=-1 must be'):
+    config_checks.check(config)
+
+
+def test_a_mixture_output_takes_no_drafting_vocabulary():
+  config = image_config()
+  config.model.mixture_components = 3
+  config.train.label_smoothing = 0.0
+  config.eval.draft_vocab_size = 16
+  with pytest.raises(ValueError, match=(
+      r'eval.draft_vocab_size=16 with a mixture output \(model.'
+      r'mixture_components=3\): its drafts have no vocabulary projection')):
     config_checks.check(config)
 
 

@@ -2,6 +2,7 @@
 
 import inspect
 
+from bpd_jax import draft_vocab as draft_vocab_lib
 from bpd_jax import evaluation
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import reports
@@ -69,3 +70,30 @@ def test_the_report_times_eval_repeats_rounds_and_reports_the_median(
   assert [len(m.walls) for m in measured] == [3, 3]
   assert [row['wall_s'] for row in result['rows']] == [
       round(sorted(m.walls)[1], 3) for m in measured]
+
+
+def test_the_report_drafts_among_eval_draft_vocab_size_ids(monkeypatch,
+                                                           tmp_path):
+  from bpd_jax import generate
+  from bpd_jax import tasks
+  from bpd_jax.models import factory
+  config = train_configs.tiny_config()
+  config.eval.update(ks=(2,), num_examples=2, repeats=1, draft_vocab_size=5)
+  task = tasks.load_task(config.task, '/nonexistent')
+  model = factory.random_model(config, task.vocab.vocab_size)
+  decoders = []
+  real_decoder = generate.Decoder
+
+  def spy(*args, **kwargs):
+    decoders.append(real_decoder(*args, **kwargs))
+    return decoders[-1]
+  monkeypatch.setattr(generate, 'Decoder', spy)
+  lines = []
+  result = evaluation.report(config, str(tmp_path), model, task,
+                             log=lines.append)
+  counted = [target for _, target in task.encoded('train')]
+  expected = draft_vocab_lib.most_frequent(
+      counted, vocab_size=task.vocab.vocab_size, size=5)
+  assert [list(d.draft_vocab) for d in decoders] == [list(expected)]
+  assert 'among the 5 most frequent ids' in ' '.join(lines)
+  assert [row['identical_to_greedy'] for row in result['rows']] == [1.0, 1.0]

@@ -38,6 +38,11 @@ DRAFTERS = HEAD_LAYERS + ('autoregressive:source=base',
                           'autoregressive:source=own',
                           'autoregressive:features=0')
 
+# Drafting vocabularies (`generate.Decoder(draft_vocab=...)`): the whole
+# vocabulary, or any non-empty subset of its ids.
+DRAFT_VOCABS = st.one_of(st.none(), st.lists(
+    st.integers(0, VOCAB - 1), min_size=1, max_size=VOCAB, unique=True))
+
 
 def drafter_fields(drafter: str, encoder_layers: int) -> dict:
   """TransformerConfig fields of a DRAFTERS name. A decoder-only model has
@@ -153,15 +158,17 @@ def exact_blockwise_equals_greedy(max_examples):
       head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
       max_len=st.sampled_from([5, 20]),
-      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)))
+      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)),
+      draft_vocab=DRAFT_VOCABS)
   def check(seed, k, batch, encoder_layers, head_layer, head_scale, max_len,
-            architecture):
+            architecture, draft_vocab):
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
                            head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, batch)
       reference = generate.greedy(model, inputs, max_len=max_len)
-      result = generate.blockwise(model, inputs, k=k, max_len=max_len)
+      result = generate.blockwise(model, inputs, k=k, max_len=max_len,
+                                  draft_vocab=draft_vocab)
       assert_same_or_near_tie(model, inputs, reference, result)
       assert (result.model_calls <= reference.model_calls).all()
       assert (result.block_sizes.sum(1) == result.model_calls).all()
@@ -191,16 +198,18 @@ def exact_tree_decoding_equals_greedy(max_examples):
       encoder_layers=st.sampled_from([2, 0]),
       head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
-      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)))
+      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)),
+      draft_vocab=DRAFT_VOCABS)
   def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale,
-            architecture):
+            architecture, draft_vocab):
     tree = Tree.from_widths(widths[:k - 1], k - 1)
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
                            head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, batch)
       reference = generate.greedy(model, inputs, max_len=16)
-      result = generate.blockwise(model, inputs, k=k, max_len=16, tree=tree)
+      result = generate.blockwise(model, inputs, k=k, max_len=16, tree=tree,
+                                  draft_vocab=draft_vocab)
       assert_same_or_near_tie(model, inputs, reference, result)
       np.testing.assert_array_equal(
           (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
@@ -208,7 +217,7 @@ def exact_tree_decoding_equals_greedy(max_examples):
       # tree's first call accepts no fewer tokens than the chain's. (Over
       # a whole decode no order holds: the calls then start at other
       # positions, where the drafts differ.)
-      decoder = generate.Decoder(model)
+      decoder = generate.Decoder(model, draft_vocab=draft_vocab)
       first = [decoder.decode(inputs, DecodeOptions(max_len=16, k=k,
                                                     tree=drafts),
                               iterations=1).lengths
@@ -404,6 +413,54 @@ def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
       assert float(result.mean_block_size) > 1.0
       # Only values: pad, eos and bos get the floor's mass (1e-30).
       assert (np.asarray(reference.tokens) >= 3).all()
+
+
+@pytest.mark.parametrize('encoder_layers,head_layer', [
+    (2, 'independent'), (2, 'joint'), (2, 'sequential'),
+    (2, 'autoregressive:source=base'), (0, 'autoregressive')])
+def test_drafts_come_from_the_drafting_vocabulary(encoder_layers, head_layer):
+  """Heads that repeat head 1's token draft only the drafting vocabulary's
+  ids: without the ids of the output, every call appends one token; with
+  the whole vocabulary, as without one; the output is greedy's in both."""
+  with jax.enable_x64(True):
+    model = random_model(3, encoder_layers, head_layer, head_scale=0.0)
+    inputs = random_inputs(3, 4)
+    reference = generate.greedy(model, inputs, max_len=20)
+    plain = generate.blockwise(model, inputs, k=4, max_len=20)
+    assert float(plain.mean_block_size) > 1.5
+    unused = sorted(set(range(VOCAB)) - set(np.asarray(
+        reference.tokens).ravel().tolist()))
+    assert unused, 'the outputs use every id'
+    cut = generate.blockwise(model, inputs, k=4, max_len=20,
+                             draft_vocab=unused)
+    assert_same_or_near_tie(model, inputs, reference, cut)
+    np.testing.assert_array_equal(cut.model_calls, reference.model_calls)
+    whole = generate.blockwise(model, inputs, k=4, max_len=20,
+                               draft_vocab=np.arange(VOCAB)[::-1])
+    np.testing.assert_array_equal(whole.tokens, plain.tokens)
+    np.testing.assert_array_equal(whole.block_sizes, plain.block_sizes)
+
+
+@pytest.mark.parametrize('draft_vocab,message', [
+    ([], 'a non-empty 1-D list of token ids'),
+    ([[1, 2]], 'a non-empty 1-D list of token ids'),
+    ([1.0, 2.0], 'a non-empty 1-D list of token ids'),
+    ([1, 7], r'ids outside \[0, 7\) \(the vocabulary\): 1 .. 7'),
+    ([-1, 2], r'ids outside \[0, 7\)'),
+    ([2, 3, 2], 'holds an id twice'),
+])
+def test_bad_drafting_vocabularies(small_model, draft_vocab, message):
+  with pytest.raises(ValueError, match=message):
+    generate.Decoder(small_model, draft_vocab=draft_vocab)
+
+
+def test_a_mixture_output_has_no_drafting_vocabulary():
+  model = random_model(3, 2, vocab_size=3 + 12, mixture=OutputMixture(2, 3),
+                       dtype='float32')
+  with pytest.raises(ValueError, match='a mixture output .* has no such '
+                     'projection'):
+    generate.blockwise(model, random_inputs(3, 1), k=3, max_len=4,
+                       draft_vocab=[3, 4])
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [

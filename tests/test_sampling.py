@@ -156,6 +156,25 @@ def test_samples_have_the_base_models_distribution(k, head_layer):
       assert float(result.mean_block_size) > 1.05, sampler
 
 
+@pytest.mark.parametrize('head_layer', ['independent', 'sequential'])
+def test_samples_drafted_from_a_drafting_vocabulary_keep_the_distribution(
+    head_layer):
+  """Proposals drawn from q over a drafting vocabulary (zero elsewhere):
+  the rejection rule still gives the base model's distribution, which puts
+  mass on the ids the drafts never propose."""
+  model = tiny_model(head_layer)
+  sampler = SAMPLERS[0]
+  source = np.repeat(model_inputs(model), SAMPLES, axis=0)
+  result = generate.blockwise(model, source, k=3, max_len=MAX_LEN,
+                              sampler=sampler, key=5,
+                              draft_vocab=[1, 3, 4, 6])
+  samples = outcomes(result)
+  assert any(set(s) & {0, 2, 5, 7} for s in samples)
+  p_value = chi_square_p_value(samples, exact_distribution(model, sampler))
+  assert p_value > ALPHA, p_value
+  assert float(result.mean_block_size) > 1.05
+
+
 def test_samples_ending_at_stop_ids_have_the_base_models_distribution():
   # Without a pad token (-1 fills the outputs) and with two stop ids
   # beside eos: the outputs that end at them are cut as ancestral

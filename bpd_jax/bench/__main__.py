@@ -13,6 +13,7 @@ import time
 
 from absl import flags
 
+from bpd_jax import draft_vocab
 from bpd_jax import jobs
 from bpd_jax.bench import report
 from bpd_jax.bench import runner
@@ -30,7 +31,9 @@ def main(argv):
                    check=settings.parse)
   config, task, plan = job.config, job.task, job.options
   max_len, split = config.eval.max_len, config.eval.split
-  decoder = sharded.decoder(config, job.model, plan.batch_sizes)
+  decoder = sharded.decoder(config, job.model, plan.batch_sizes,
+                            draft_vocab.of_task(
+                                task, config.eval.draft_vocab_size))
   sources, _ = task.sources(split, decoder.config.max_source_len,
                             plan.examples)
   references = [target for _, target in task.pairs(split)[:plan.examples]]

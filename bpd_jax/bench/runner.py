@@ -100,7 +100,8 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, *, max_len,
   source_len = batch_list[0][0].shape[1]
   ks = _step_cost_ks(settings)
   progress(f'step costs T(k) for k = {ks}')
-  costs = step_costs.measure_all(model, ks, batch_size=batch_size,
+  costs = step_costs.measure_all(model, ks, decoder.draft_vocab,
+                                 batch_size=batch_size,
                                  source_len=source_len, max_len=max_len)
   # Decoded first: each setting's first call compiles the program (its
   # compile_s), which the loop timings below then run with forced

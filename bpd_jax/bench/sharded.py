@@ -38,9 +38,11 @@ MEMORY_PARTS = ('params', 'optimizer', 'cache')
 DECODES = ('greedy', 'blockwise')
 
 
-def decoder(config, model, batch_sizes) -> generate.Decoder:
+def decoder(config, model, batch_sizes, draft_vocab=None
+            ) -> generate.Decoder:
   """The Decoder the bench times: on the config's mesh with its
-  mesh.param_rules where set, else on one device.
+  mesh.param_rules where set, else on one device; drafting among the ids
+  `draft_vocab` (None: all).
 
   Raises:
     errors.ConfigError: a batch size that the mesh's data axis does not
@@ -48,7 +50,7 @@ def decoder(config, model, batch_sizes) -> generate.Decoder:
   """
   rules = config.mesh.param_rules
   if not rules:
-    return generate.Decoder(model)
+    return generate.Decoder(model, draft_vocab=draft_vocab)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   rows = mesh.shape[config.mesh.data_axis]
   if any(size % rows for size in batch_sizes):
@@ -58,7 +60,7 @@ def decoder(config, model, batch_sizes) -> generate.Decoder:
   try:
     return generate.Decoder(model, mesh=mesh,
                             batch_axis=config.mesh.data_axis,
-                            param_rules=rules)
+                            param_rules=rules, draft_vocab=draft_vocab)
   except ValueError as error:
     raise errors.ConfigError(f'mesh.param_rules: {error}') from error
 

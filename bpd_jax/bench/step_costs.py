@@ -30,15 +30,17 @@ from bpd_jax.infra import ops
 from bpd_jax.models import heads as heads_lib
 
 @functools.partial(jax.jit, static_argnames=('k', 'positions'))
-def _chained_calls(model, source, k: int, positions: int, calls):
+def _chained_calls(model, source, k: int, positions: int, calls,
+                   draft_ids=None):
   """Runs `calls` chained model calls of block size k; returns the last block.
 
-  `calls` is traced, so one compilation serves both loop lengths.
+  `calls` is traced, so one compilation serves both loop lengths;
+  `draft_ids` the drafting vocabulary (`generate.Decoder`; None: all).
   """
   batch = source.shape[0]
   source = source if model.config.is_encoder_decoder else None
   cache = model.init_cache(batch, positions, source)
-  weights = model.decoding_weights(k)
+  weights = model.decoding_weights(k, draft_ids)
   # Mid-buffer, as in the middle of a decode; every call attends to the
   # whole (masked) cache either way, so the offset does not change the cost.
   start = jnp.full((batch,), (positions - k) // 2, jnp.int32)
@@ -67,7 +69,7 @@ def _chained_calls(model, source, k: int, positions: int, calls):
 
 
 def measure(model, *, batch_size: int, source_len: int, max_len: int,
-            k: int, repeats: int = 5) -> float:
+            k: int, repeats: int = 5, draft_ids=None) -> float:
   """Seconds of one model call of block size k (k = 1: greedy's call).
 
   Args:
@@ -78,6 +80,8 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
     k: block size, 1 <= k <= model.config.num_proposal_heads.
     repeats: timings of each loop length; the fastest is kept (the others
       are the machine's noise).
+    draft_ids: the ids proposals are chosen from (`generate.Decoder`'s
+      draft_vocab; None: all).
 
   Returns:
     Seconds per call.
@@ -90,10 +94,12 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
   source = np.full((batch_size, source_len), model.config.eos_id, np.int32)
   return timing.per_iteration_seconds(
       lambda calls: jax.block_until_ready(
-          _chained_calls(model, source, k, positions, np.int32(calls))),
+          _chained_calls(model, source, k, positions, np.int32(calls),
+                         draft_ids)),
       repeats)
 
 
-def measure_all(model, ks, **shape) -> dict[int, float]:
-  """{k: seconds per call} for each k (1: greedy's call) at one shape."""
-  return {k: measure(model, k=k, **shape) for k in ks}
+def measure_all(model, ks, draft_ids=None, **shape) -> dict[int, float]:
+  """{k: seconds per call} for each k (1: greedy's call) at one shape,
+  drafting among `draft_ids` (None: all)."""
+  return {k: measure(model, k=k, draft_ids=draft_ids, **shape) for k in ks}

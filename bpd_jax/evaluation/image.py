@@ -76,7 +76,7 @@ def flat_images(images: np.ndarray) -> int:
 def evaluate(model, task: image_task.ImageTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), log=print) -> dict:
+             param_rules=(), draft_vocab=None, log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
   Args:
@@ -93,6 +93,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     mesh: optional mesh to shard the batch over.
     param_rules: how the parameters are split over `mesh`
       (`generate.Decoder`; () replicates them).
+    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
+      None: all).
     log: progress messages go here.
 
   Returns:
@@ -111,7 +113,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
   measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
+                       draft_vocab=draft_vocab),
       batches, decoders, max_len=max_len, repeats=repeats)
   upsampled = images_lib.bicubic(low, shape[0])
   rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),

@@ -82,7 +82,7 @@ def _negative_log_likelihood(model, prompts, continuations):
 def evaluate(model, task: lm_task.LMTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), log=print) -> dict:
+             param_rules=(), draft_vocab=None, log=print) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
   Args:
@@ -100,6 +100,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     mesh: optional mesh to shard the decoding batch over.
     param_rules: how the parameters are split over `mesh`
       (`generate.Decoder`; () replicates them).
+    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
+      None: all).
     log: progress messages go here.
 
   Returns:
@@ -121,7 +123,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
   measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
+                       draft_vocab=draft_vocab),
       batches, decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   for row in rows:

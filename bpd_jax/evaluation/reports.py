@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 
 import jax
 
+from bpd_jax import draft_vocab
 from bpd_jax import tasks
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import lm
@@ -31,13 +32,14 @@ class Report(Protocol):
   def evaluate(self, model, task: tasks.Task, split: str,
                decoders: list[DecoderSpec], *, batch_size: int,
                max_len: int, num_examples: int = 0, repeats: int = 1,
-               mesh=None, param_rules=(),
+               mesh=None, param_rules=(), draft_vocab=None,
                log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
     most `max_len` tokens each, the batch sharded over `mesh` (None: one
-    device) and the parameters split as `param_rules` say, timing
-    `repeats` interleaved rounds; returns the result: 'rows', one per
+    device) and the parameters split as `param_rules` say, proposals
+    chosen among the ids `draft_vocab` (None: all; `generate.Decoder`),
+    timing `repeats` interleaved rounds; returns the result: 'rows', one per
     decoder (the names of the decoders), beside any baseline's, and the
     kind's own figures."""
 
@@ -58,12 +60,16 @@ def report(config, workdir: str, model, task: tasks.Task,
   """Decodes config.eval.split with the decoders of config.eval, prints
   the task's report and writes it to `workdir`; returns its result."""
   model, mesh, rules = placement.placement(model, config, _mesh(config), log)
+  draft_ids = draft_vocab.of_task(task, config.eval.draft_vocab_size)
+  if draft_ids is not None:
+    log(f'Proposals are chosen among the {len(draft_ids)} most frequent ids '
+        f'of the training targets (eval.draft_vocab_size).')
   result = _report_of(config).evaluate(
       model, task, config.eval.split,
       spec.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size, max_len=config.eval.max_len,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
-      mesh=mesh, param_rules=rules, log=log)
+      mesh=mesh, param_rules=rules, draft_vocab=draft_ids, log=log)
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result

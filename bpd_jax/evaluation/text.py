@@ -55,7 +55,7 @@ def bleu(hypotheses: list[str], references: list[str],
 def evaluate(model, task: tasks.TextualTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), log=print) -> dict:
+             param_rules=(), draft_vocab=None, log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
 
   Args:
@@ -75,6 +75,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     mesh: optional mesh to shard the batch over.
     param_rules: how the parameters are split over `mesh`
       (`generate.Decoder`; () replicates them).
+    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
+      None: all).
     log: progress messages go here.
 
   Returns:
@@ -96,7 +98,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
   measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log),
+      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
+                       draft_vocab=draft_vocab),
       batches, decoders, max_len=max_len, repeats=repeats)
   rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text

@@ -109,12 +109,18 @@ class DecodingWeights:
     embed: [vocab_size, d_model] the token embedding sequential heads read
       their predecessors' tokens with (None for other heads).
     output_bias: [3M] the mixture parameters' bias (None without one).
+    draft_ids: [n] the token ids proposals are chosen from (a drafting
+      vocabulary, as FR-Spec's frequent tokens); None: all of them.
+    draft_vocab: [d_model, n] the projection's columns of those ids, what
+      a proposal's logits cost instead of the whole vocabulary's.
   """
   vocab: jax.Array
   scoring: heads_lib.HeadWeights
   proposals: heads_lib.HeadWeights | None
   embed: jax.Array | None = None
   output_bias: jax.Array | None = None
+  draft_ids: jax.Array | None = None
+  draft_vocab: jax.Array | None = None
 
 
 class Transformer(nnx.Module):
@@ -317,22 +323,39 @@ class Transformer(nnx.Module):
       vocab = self.output.kernel[...]
     return vocab.astype(jnp.dtype(self.config.dtype))
 
-  def decoding_weights(self, k: int) -> DecodingWeights:
+  def decoding_weights(self, k: int, draft_ids: jax.Array | None = None
+                       ) -> DecodingWeights:
     """The output weights of decoding with k heads, laid out once.
 
     Decoders take these before their loop and pass them to
     `next_token_logits` and `proposal_logits`, so that no call inside the
     loop slices parameters or transposes the vocabulary table.
+
+    Args:
+      k: the block size.
+      draft_ids: [n] distinct token ids the proposals are chosen from
+        (a drafting vocabulary); None: the whole vocabulary. Verification
+        reads every id: what the drafts leave out costs acceptance, never
+        the output.
     """
     dtype = jnp.dtype(self.config.dtype)
     embed = None
     if self.heads.layer in heads_lib.DEPENDENT_HEAD_LAYERS and k > 1:
       embed = (self.target_embed.embedding[...]
                * self.config.embedding_scale).astype(dtype)
+    vocab, draft_vocab = self._vocab(), None
+    if draft_ids is not None:
+      if self.config.mixture is not None:
+        raise ValueError('a drafting vocabulary chooses among the '
+                         'vocabulary projection\'s ids; a mixture output '
+                         '(image models) has no such projection.')
+      draft_ids = jnp.asarray(draft_ids, jnp.int32)
+      draft_vocab = vocab[:, draft_ids]
     return DecodingWeights(
-        vocab=self._vocab(), scoring=self.heads.weights(0, 1),
+        vocab=vocab, scoring=self.heads.weights(0, 1),
         proposals=self.heads.weights(1, k - 1) if k > 1 else None,
-        embed=embed, output_bias=self._output_bias())
+        embed=embed, output_bias=self._output_bias(), draft_ids=draft_ids,
+        draft_vocab=draft_vocab)
 
   def next_token_logits(self, hidden: jax.Array,
                         weights: DecodingWeights | None = None) -> jax.Array:
@@ -361,7 +384,20 @@ class Transformer(nnx.Module):
     if weights is None:
       weights = self.decoding_weights(k)
     states = heads_lib.apply_heads(weights.proposals, self._top(hidden))
-    return self._project(states, weights.vocab, weights.output_bias)
+    return self._draft_logits(states, weights)
+
+  def _draft_logits(self, states: jax.Array,
+                    weights: DecodingWeights) -> jax.Array:
+    """A proposal's logits [..., vocab_size] from states [..., d_model]:
+    through the drafting vocabulary's columns where there is one, -inf at
+    every other id (no draft, draw or tree branch picks them; a sampled
+    proposal's distribution q is exactly the one it was drawn from)."""
+    if weights.draft_ids is None:
+      return self._project(states, weights.vocab, weights.output_bias)
+    chosen = _vocab_logits(states, weights.draft_vocab)
+    logits = jnp.full((*states.shape[:-1], self.config.vocab_size),
+                      -jnp.inf, chosen.dtype)
+    return logits.at[..., weights.draft_ids].set(chosen)
 
   def _top(self, features: jax.Array) -> jax.Array:
     """The decoder's top output [..., d_model] of `extend`'s features
@@ -405,8 +441,7 @@ class Transformer(nnx.Module):
     if weights is None:
       weights = self.decoding_weights(k)
     embed = lambda tokens: weights.embed[embedding_rows(tokens)]
-    project = lambda state: self._project(state, weights.vocab,
-                                          weights.output_bias)
+    project = lambda state: self._draft_logits(state, weights)
     token = ops.take_at(next_tokens, last)
     proposals, logits = [], []
     if self.heads.layer == 'autoregressive':
