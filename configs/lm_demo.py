@@ -34,6 +34,10 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
     inputs=own       the dependent heads read their own drafts in
                      training, as when decoding (default data)
 
+Drafting among the N most frequent ids of the training targets (a
+cheaper projection per draft, the same output; docs/guide/heads.md), on
+any trained run: --config.eval.draft_vocab_size=N.
+
 Distillation, on a trained run $RUNS/lm:
 
     python -m bpd_jax.distill --config=configs/lm_demo.py --workdir=$RUNS/lm \

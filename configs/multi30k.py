@@ -36,6 +36,10 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
                      writes DIR/train.src/.tgt and copies the validation
                      split: BLEU is still against the real references)
 
+Drafting among the N most frequent ids of the training targets (a
+cheaper projection per draft, the same output; docs/guide/heads.md), on
+any trained run: --config.eval.draft_vocab_size=N.
+
 The paper's recipe (sequence-level distillation, then fine-tuning) and the
 other head types, on a trained base in $RUNS/base:
 
