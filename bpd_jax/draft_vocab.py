@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from bpd_jax.infra import errors
+
 # Training examples counted (the first ones): enough for the frequent ids of
 # any vocabulary here, without reading a whole large corpus (WMT14's 4.5M
 # pairs) before a job decodes.
@@ -56,10 +58,20 @@ def most_frequent(sequences: Iterable[Sequence[int]], *, vocab_size: int,
 
 def of_task(task, size: int) -> np.ndarray | None:
   """The `size` most frequent ids of the task's first COUNTED_EXAMPLES
-  training targets; None for size 0 (the whole vocabulary)."""
+  training targets (a job's eval.draft_vocab_size); None for size 0 (the
+  whole vocabulary).
+
+  Raises:
+    errors.ConfigError: size above the task's vocabulary.
+  """
   if not size:
     return None
+  vocab_size = task.vocab.vocab_size
+  if size > vocab_size:
+    raise errors.ConfigError(
+        f'eval.draft_vocab_size={size} is more ids than the vocabulary '
+        f'holds ({vocab_size}); 0 drafts among all of them.')
   examples = task.encoded('train')
   targets = (examples[i][1] for i in range(min(len(examples),
                                                COUNTED_EXAMPLES)))
-  return most_frequent(targets, vocab_size=task.vocab.vocab_size, size=size)
+  return most_frequent(targets, vocab_size=vocab_size, size=size)

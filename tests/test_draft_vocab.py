@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from bpd_jax import draft_vocab
+from bpd_jax.infra import errors
 
 
 def test_most_frequent_ids_by_hand():
@@ -56,3 +57,9 @@ def test_of_task_counts_the_training_targets_only(monkeypatch):
   monkeypatch.setattr(draft_vocab, 'COUNTED_EXAMPLES', 1)
   np.testing.assert_array_equal(draft_vocab.of_task(task, 2), [1, 3])
   np.testing.assert_array_equal(draft_vocab.of_task(task, 3), [0, 1, 3])
+
+
+def test_of_task_refuses_more_ids_than_the_vocabulary():
+  with pytest.raises(errors.ConfigError, match='eval.draft_vocab_size=7 is '
+                     r'more ids than the vocabulary holds \(6\)'):
+    draft_vocab.of_task(_Task([([], [1])]), 7)
