@@ -47,17 +47,23 @@ def test_periodic_evaluation_of_an_image_task_reads_greedys_row():
                     'eval/mean_block': rows[2]['mean_block']}
 
 
+def tiny_run(**eval_fields):
+  """(config, task, model): the tiny config's task and a random model,
+  decoding 2 examples at k=2 with these further eval fields."""
+  from bpd_jax import tasks
+  from bpd_jax.models import factory
+  config = train_configs.tiny_config()
+  config.eval.update(ks=(2,), num_examples=2, **eval_fields)
+  task = tasks.load_task(config.task, '/nonexistent')
+  return config, task, factory.random_model(config, task.vocab.vocab_size)
+
+
 def test_the_report_times_eval_repeats_rounds_and_reports_the_median(
     monkeypatch, tmp_path):
   # One pass per decoder moved the main job's speedups by a third from run
   # to run; the report times as the bench does.
-  from bpd_jax import tasks
   from bpd_jax.evaluation import runner
-  from bpd_jax.models import factory
-  config = train_configs.tiny_config()
-  config.eval.update(ks=(2,), num_examples=2, repeats=3)
-  task = tasks.load_task(config.task, '/nonexistent')
-  model = factory.random_model(config, task.vocab.vocab_size)
+  config, task, model = tiny_run(repeats=3)
   measured = []
   real_run = runner.run
 
@@ -75,12 +81,7 @@ def test_the_report_times_eval_repeats_rounds_and_reports_the_median(
 def test_the_report_drafts_among_eval_draft_vocab_size_ids(monkeypatch,
                                                            tmp_path):
   from bpd_jax import generate
-  from bpd_jax import tasks
-  from bpd_jax.models import factory
-  config = train_configs.tiny_config()
-  config.eval.update(ks=(2,), num_examples=2, repeats=1, draft_vocab_size=5)
-  task = tasks.load_task(config.task, '/nonexistent')
-  model = factory.random_model(config, task.vocab.vocab_size)
+  config, task, model = tiny_run(repeats=1, draft_vocab_size=5)
   decoders = []
   real_decoder = generate.Decoder
 
