@@ -282,9 +282,11 @@ class Decoder:
       layout = _output_layout(self.model, k, self.draft_vocab)
       if self._placement is not None:
         layout = self._placement.place_layout(layout)
-      if self._layouts:  # One vocabulary table serves every k.
-        vocab = next(iter(self._layouts.values())).vocab
-        layout = dataclasses.replace(layout, vocab=vocab)
+      if self._layouts:  # One vocabulary table (and its drafts' columns)
+        first = next(iter(self._layouts.values()))  # serves every k.
+        layout = dataclasses.replace(layout, vocab=first.vocab,
+                                     draft_ids=first.draft_ids,
+                                     draft_vocab=first.draft_vocab)
       self._layouts[k] = layout
     return self._layouts[k]
 
@@ -574,8 +576,8 @@ def _output_layout(model: Transformer, k: int, draft_ids=None):
 
 
 def _checked_draft_vocab(draft_vocab, config) -> np.ndarray | None:
-  """[n] int32 sorted distinct ids of a drafting vocabulary (None: none),
-  or a ValueError naming what is wrong with it."""
+  """[n] int32 distinct ids of a drafting vocabulary (None: none), or a
+  ValueError naming what is wrong with it."""
   if draft_vocab is None:
     return None
   ids = np.asarray(draft_vocab)
@@ -588,4 +590,4 @@ def _checked_draft_vocab(draft_vocab, config) -> np.ndarray | None:
                      f' (the vocabulary): {ids.min()} .. {ids.max()}.')
   if len(np.unique(ids)) != len(ids):
     raise ValueError('draft_vocab holds an id twice.')
-  return np.sort(ids).astype(np.int32)
+  return ids.astype(np.int32)

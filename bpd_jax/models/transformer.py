@@ -349,7 +349,9 @@ class Transformer(nnx.Module):
         raise ValueError('a drafting vocabulary chooses among the '
                          'vocabulary projection\'s ids; a mixture output '
                          '(image models) has no such projection.')
-      draft_ids = jnp.asarray(draft_ids, jnp.int32)
+      # Sorted once here, so that the scatter of every drafted position's
+      # logits (`_draft_logits`, inside the decoding loop) may say so.
+      draft_ids = jnp.sort(jnp.asarray(draft_ids, jnp.int32))
       draft_vocab = vocab[:, draft_ids]
     return DecodingWeights(
         vocab=vocab, scoring=self.heads.weights(0, 1),
@@ -397,7 +399,8 @@ class Transformer(nnx.Module):
     chosen = _vocab_logits(states, weights.draft_vocab)
     logits = jnp.full((*states.shape[:-1], self.config.vocab_size),
                       -jnp.inf, chosen.dtype)
-    return logits.at[..., weights.draft_ids].set(chosen)
+    return logits.at[..., weights.draft_ids].set(
+        chosen, indices_are_sorted=True, unique_indices=True)
 
   def _top(self, features: jax.Array) -> jax.Array:
     """The decoder's top output [..., d_model] of `extend`'s features
