@@ -80,6 +80,9 @@ def _check_phases(train, model) -> None:
   """train.base_steps and head_steps (each >= 0, `at_least`): a plan
   `training.phases.plan_phases` can run."""
   base, heads = train.base_steps, train.head_steps
+  if train.get('init_heads', False) and not train.init_from:
+    raise ValueError('train.init_heads=True starts the heads from a trained '
+                     'run: set train.init_from to its workdir.')
   if base + heads == 0:
     raise ValueError(f'train.base_steps={base} and train.head_steps={heads} '
                      f'must be >= 0 with a positive sum.')

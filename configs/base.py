@@ -93,6 +93,10 @@ def get_config():
   # 0: the data's tokens only.
   train.scheduled_sampling = 0.0
   train.init_from = ''  # Workdir of a trained base to start the heads from.
+  # Start the heads from init_from's trained heads too (its head layer and
+  # k): a drafter trained on the frozen base, then fine-tuned with it.
+  # False: new heads.
+  train.init_heads = False
   train.learning_rate = 1e-3  # Peak learning rate, reached after warm-up.
   train.warmup_steps = 500  # Linear warm-up, then the schedule's decay.
   # After the warm-up: 'rsqrt' (the paper's 1/sqrt(step) decay) or 'linear'

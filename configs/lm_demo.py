@@ -26,6 +26,9 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
                      distillation
     frozen           with init_from: train only new heads on that run's
                      base, which stays bit-identical
+    with_heads       with init_from: start from that run's trained heads
+                     too, not new ones (a drafter trained on the frozen
+                     base, then fine-tuned with it)
     features=I+J     the autoregressive draft layer also reads these lower
                      layers' outputs (EAGLE-3)
     targets=base     heads 2..k learn the base's own distribution at each
@@ -51,6 +54,7 @@ docs/results/code_lm.md. Fields not set here keep configs/base.py's value
 """
 
 from bpd_jax.infra import config_options
+from bpd_jax.infra import workdir
 from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')
@@ -59,11 +63,12 @@ base = config_options.sibling(__file__, 'base')
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential',
                                  root='', init_from='', distilled='',
-                                 frozen=False, features='', targets='data',
-                                 inputs='data')
-  if options['frozen'] and not options['init_from']:
-    raise ValueError('config option frozen trains new heads on a trained '
-                     'base: give init_from=DIR.')
+                                 frozen=False, with_heads=False,
+                                 features='', targets='data', inputs='data')
+  for option in ('frozen', 'with_heads'):
+    if options[option] and not options['init_from']:
+      raise ValueError(f'config option {option} reads a trained run: give '
+                       f'init_from=DIR.')
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   quick = options['quick']
   config = base.get_config()
@@ -74,7 +79,7 @@ def get_config(arg=None):
   task.train_files = 60 if quick else 0  # First N training files (0: all).
   task.vocab_size = 2_000  # SentencePiece pieces, special ids included.
   # An existing vocabulary ('': WORKDIR/vocab.model, trained on first run).
-  task.vocab_path = (f'{options["init_from"]}/vocab.model'
+  task.vocab_path = (workdir.run_vocabulary(options['init_from'])
                      if options['init_from'] else '')
   # A corpus of the model's own continuations (python -m bpd_jax.distill).
   task.distilled = options['distilled']
@@ -105,6 +110,7 @@ def get_config(arg=None):
   train.base_steps = 0  # No base-only phase.
   train.head_steps = 100 if quick else 1500  # Phase 'heads': base + heads.
   train.init_from = options['init_from']  # A trained run to start from.
+  train.init_heads = options['with_heads']  # Its heads too (or new ones).
   # The whole model trains (frozen: only new heads, on init_from's base).
   train.freeze_base = options['frozen']
   # Head 1's share of the loss (0: 1/k); a frozen base's head 1 is fixed.

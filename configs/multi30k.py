@@ -18,6 +18,9 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
     base=finetuned   fine-tune the whole model with the heads, head 1
                      keeping half the loss (default frozen: the base stays
                      bit-identical)
+    with_heads       with init_from: start from that run's trained heads
+                     too, not new ones (a drafter trained on the frozen
+                     base, then fine-tuned with it: base=finetuned)
     heads=TYPE       the head layer: independent (default), joint,
                      sequential (heads that read the previous head's token)
                      or autoregressive (a draft layer with its own cache)
@@ -57,6 +60,7 @@ set here keep configs/base.py's value (documented there).
 """
 
 from bpd_jax.infra import config_options
+from bpd_jax.infra import workdir
 from bpd_jax.models import heads as heads_lib
 
 base = config_options.sibling(__file__, 'base')
@@ -68,8 +72,11 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
       base='frozen', heads='independent', distilled='', source='none',
-      features='', targets='data', inputs='data')
+      features='', targets='data', inputs='data', with_heads=False)
   quick, init_from = options['quick'], options['init_from']
+  if options['with_heads'] and not init_from:
+    raise ValueError('config option with_heads starts from a trained run\'s '
+                     'heads: give init_from=DIR.')
   config_options.check_choice(options, 'base', BASES)
   config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
   config = base.get_config()
@@ -85,7 +92,7 @@ def get_config(arg=None):
   task.vocab_size = 1_000 if quick else 4_000  # Shared source/target pieces.
   # An existing vocabulary (the base run's with init_from); '':
   # WORKDIR/vocab.model, trained on the first run.
-  task.vocab_path = f'{init_from}/vocab.model' if init_from else ''
+  task.vocab_path = workdir.run_vocabulary(init_from) if init_from else ''
   if options['distilled']:
     task.data_dir = options['distilled']  # Written by bpd_jax.distill.
     task.source_lang = 'src'  # Source file suffix.
@@ -113,6 +120,7 @@ def get_config(arg=None):
   train.base_steps = 0 if init_from else (60 if quick else 3_000)
   train.head_steps = 20 if quick else 1_000  # Phase 'heads': the heads.
   train.init_from = init_from  # Workdir of the trained base ('': train it).
+  train.init_heads = options['with_heads']  # Its heads too (or new ones).
   # Heads on a frozen base (False: fine-tune all).
   train.freeze_base = options['base'] == 'frozen'
   # Head 1's share of a fine-tuning loss (0: 1/k), so the base keeps its

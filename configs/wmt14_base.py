@@ -61,6 +61,7 @@ measured here yet. Fields not set here keep configs/base.py's value
 """
 
 from bpd_jax.infra import config_options
+from bpd_jax.infra import workdir
 
 base = config_options.sibling(__file__, 'base')
 
@@ -98,7 +99,7 @@ def get_config(arg=None):
   task.vocab_sample = 200 if local else 500_000  # Pairs it is trained on.
   # An existing vocabulary (the base run's when init_from is set); '':
   # WORKDIR/vocab.model, trained on the first run.
-  task.vocab_path = f'{init_from}/vocab.model' if init_from else ''
+  task.vocab_path = workdir.run_vocabulary(init_from) if init_from else ''
   task.mock_examples = 64 if local else 0  # > 0: TFDS mock data, no data dir.
   task.max_source_len = 32 if local else 256  # Longer training pairs dropped.
   task.max_target_len = 32 if local else 256  # (pieces, eos included).

@@ -309,6 +309,8 @@ def test_a_base_learning_rate_scale_needs_a_fine_tuned_base():
      'integer >= 0'),
     (dict(train=dict(base_steps=0, head_steps=5, freeze_base=True)),
      'heads on a frozen base need a trained base: set train.init_from'),
+    (dict(train=dict(init_heads=True)), 'train.init_heads=True starts the '
+     'heads from a trained run: set train.init_from'),
     (dict(model=dict(num_proposal_heads=1), eval=dict(ks=(1,))),
      'train.head_steps=.* needs proposal heads: '
      'model.num_proposal_heads=1 must be >= 2'),
@@ -333,4 +335,7 @@ def test_phase_plans_that_run_pass():
   config.train.update(freeze_base=True, base_steps=10)
   config_checks.check(config)
   config.train.update(base_steps=0, init_from='/runs/base')
+  config_checks.check(config)
+  # Its heads too, fine-tuned with its base.
+  config.train.update(init_heads=True, freeze_base=False)
   config_checks.check(config)

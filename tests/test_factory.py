@@ -75,6 +75,35 @@ def test_another_architecture_is_refused(tmp_path):
     factory.restore_model(config, str(tmp_path / 'none'), vocab_size=40)
 
 
+def flat(params) -> dict:
+  """{path: array} of a parameter state."""
+  return {jax.tree_util.keystr(path): np.asarray(value) for path, value
+          in jax.tree_util.tree_leaves_with_path(params)}
+
+
+def test_a_warm_start_takes_the_base_and_on_request_the_heads(tmp_path):
+  config = tiny_config()
+  config.seed = 7  # Not the new run's initialisation.
+  trained = factory.random_model(config, vocab_size=40)
+  save(trained, tmp_path)
+  fresh = factory.random_model(tiny_config(), vocab_size=40)
+  params = nnx.state(fresh, nnx.Param)
+  theirs, new = (flat(nnx.state(m, nnx.Param)) for m in (trained, fresh))
+  for heads in (False, True):
+    started = flat(factory.warm_start(
+        params, fresh.config, str(tmp_path), heads=heads))
+    for name, value in started.items():
+      from_run = "'heads'" not in name or heads
+      np.testing.assert_array_equal(
+          value, (theirs if from_run else new)[name], err_msg=name)
+  # A run of other heads (here: another k) does not fit.
+  other = factory.random_model(tiny_config(model=dict(num_proposal_heads=4)),
+                               vocab_size=40)
+  with pytest.raises(errors.ConfigError, match='heads/.* has shape'):
+    factory.warm_start(nnx.state(other, nnx.Param), other.config,
+                       str(tmp_path), heads=True)
+
+
 class Ids:
   """A task vocabulary's special ids."""
   pad_id, eos_id, bos_id, stop_ids = 0, 1, 2, ()

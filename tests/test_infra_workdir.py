@@ -354,3 +354,23 @@ def test_a_warm_start_from_a_run_of_another_vocabulary_is_refused(tmp_path):
   (tmp_path / 'gpt2' / 'config.json').write_text('{"model_type": "gpt2"}')
   workdir.check_warm_start_vocabulary(other, str(tmp_path / 'gpt2'))
   workdir.check_warm_start_vocabulary(other, str(tmp_path / 'missing'))
+
+
+def test_a_runs_vocabulary_is_its_own_or_the_one_it_was_started_with(
+    tmp_path):
+  base, heads, chained = (tmp_path / name for name in ('base', 'heads',
+                                                       'chained'))
+  for run in (base, heads, chained):
+    run.mkdir()
+  (base / 'vocab.model').write_bytes(b'pieces')
+  # A run started from base's vocabulary records it and keeps no copy.
+  (heads / 'config.json').write_text(json.dumps(
+      {'vocabulary.source': str(base / 'vocab.model')}))
+  assert workdir.run_vocabulary(str(base)) == str(base / 'vocab.model')
+  assert workdir.run_vocabulary(str(heads)) == str(base / 'vocab.model')
+  # Nothing to find (no file, no record, or a record of a file now gone):
+  # the run's own path, which the task's loader reports missing.
+  (chained / 'config.json').write_text(json.dumps(
+      {'vocabulary.source': str(tmp_path / 'moved.model')}))
+  for run in (chained, tmp_path / 'missing'):
+    assert workdir.run_vocabulary(str(run)) == str(run / 'vocab.model')

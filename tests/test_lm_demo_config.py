@@ -117,6 +117,16 @@ def test_frozen_drafters_on_a_trained_run():
   assert config.model.draft_feature_layers == (0,)
   assert (config.train.head_targets, config.train.draft_inputs) == ('base',
                                                                     'own')
-  with pytest.raises(ValueError, match='frozen trains new heads on a '
-                     'trained base: give init_from'):
-    load_config('lm_demo', 'frozen')
+  for option in ('frozen', 'with_heads'):
+    with pytest.raises(ValueError, match=f'option {option} reads a trained '
+                       'run: give init_from'):
+      load_config('lm_demo', option)
+
+
+def test_a_frozen_base_drafter_fine_tuned_with_its_base():
+  config = load_config('lm_demo', 'init_from=/runs/lm_frozen,with_heads,'
+                       'heads=autoregressive,targets=base')
+  config.train.base_learning_rate_scale = 0.1
+  config_checks.check(config)
+  assert config.train.init_heads and not config.train.freeze_base
+  assert not load_config('lm_demo', 'init_from=/runs/lm').train.init_heads

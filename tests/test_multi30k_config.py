@@ -51,6 +51,8 @@ def test_default_is_the_frozen_independent_run():
     ('base=melted', "base='melted' is not one of"),
     ('heads=tree', "heads='tree' is not one of"),
     ('beam=4', "unknown config option 'beam'"),
+    ('with_heads', "with_heads starts from a trained run's heads: give "
+     'init_from'),
 ])
 def test_bad_options(arg, message):
   with pytest.raises(ValueError, match=message):
@@ -77,3 +79,11 @@ def test_drafter_options_reach_the_model_and_the_loss():
                         r'draft_feature_layers=\(1,\) must be')):
     with pytest.raises(ValueError, match=message):
       config_checks.check(load_config('multi30k', f'init_from=/r,{arg}'))
+
+
+def test_a_frozen_base_drafter_fine_tuned_with_its_base():
+  config = load_config('multi30k', 'init_from=/runs/ar,with_heads,'
+                       'base=finetuned,heads=autoregressive,source=base')
+  config_checks.check(config)
+  assert config.train.init_heads and not config.train.freeze_base
+  assert not load_config('multi30k', 'init_from=/runs/ar').train.init_heads

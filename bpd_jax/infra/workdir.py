@@ -54,6 +54,7 @@ MAY_CHANGE_ON_RESUME = (
     'train.checkpoint_every',  # Only how often it saves.
     'train.keep_checkpoints',  # Only how many saves it keeps.
     'train.init_from',  # Read only at a run's first start, not on resume.
+    'train.init_heads',  # Likewise.
     'train.read_unverified',  # How checkpoints are read, not what they hold.
     'mesh.*',  # The same arrays over another device layout.
     'eval.*',  # What it decodes and measures, not what it trains.
@@ -419,6 +420,24 @@ def check_vocabulary(vocab, workdir: str, job: str, training: bool,
         f'vocabulary (task.vocab_path) and its data.')
 
 
+def run_vocabulary(run: str) -> str:
+  """The path of the vocabulary file a run was trained with: its own
+  WORKDIR/vocab.model, or, for a run that read another run's (started with
+  init_from), the file its record names. A config file that starts from
+  `run` gives this as task.vocab_path, so a run started from a run started
+  from a third reads the third's vocabulary. Where neither is there, the
+  run's own path, whose absence the task's loader reports."""
+  own = os.path.join(run, 'vocab.model')
+  if os.path.isfile(own):
+    return own
+  try:
+    source = (_read_record(os.path.join(run, CONFIG_FILE)) or {}).get(
+        'vocabulary.source')
+  except errors.WorkdirError:
+    source = None  # Not this project's record: no run of ours.
+  return source if isinstance(source, str) and os.path.isfile(source) else own
+
+
 def check_warm_start_vocabulary(vocab, init_from: str) -> None:
   """Stops a warm start whose vocabulary is not that of the run it starts
   from (its weights would read the ids as other words).
@@ -443,7 +462,7 @@ def check_warm_start_vocabulary(vocab, init_from: str) -> None:
         f'fingerprint {recorded} ({saved.get("vocabulary.size")} ids, '
         f'{saved.get("vocabulary.source")}) vs {vocab.fingerprint} '
         f'({vocab.vocab_size} ids) of this task: give the task that run\'s '
-        f'vocabulary (task.vocab_path={init_from}/vocab.model).')
+        f'vocabulary (task.vocab_path={run_vocabulary(init_from)}).')
 
 
 def _no_record(now: dict, workdir: str, job: str, training: bool, log,

@@ -133,8 +133,10 @@ ARCHITECTURE = tuple(field.name for field in dataclasses.fields(
 
 
 def warm_start(params: nnx.State, model_config: TransformerConfig,
-               directory: str, read_unverified: bool = False) -> nnx.State:
-  """`params` with the base of another model; the heads keep theirs.
+               directory: str, read_unverified: bool = False,
+               heads: bool = False) -> nnx.State:
+  """`params` with the base of another model; the heads keep theirs, or
+  take the other run's too.
 
   Args:
     params: the run's freshly initialised parameters.
@@ -143,17 +145,27 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
       model folder of a family models/imports reads (Llama, Mistral,
       Qwen2, GPT-2, ...), whose architecture must be the run's.
     read_unverified: as in `params_from_checkpoint`.
+    heads: take the run's proposal heads too (train.init_heads: a drafter
+      trained on a frozen base, then fine-tuned with it); its head layer
+      and number of heads must be the run's. An imported checkpoint has
+      none.
 
   Raises:
     errors.MissingFileError, errors.CheckpointError: as
       `params_from_checkpoint`, or the folder's files are missing.
     errors.DataError: a broken checkpoint folder (models/imports).
-    errors.ConfigError: the other model's architecture is not the run's.
+    errors.ConfigError: the other model's architecture is not the run's,
+      or `heads` with an imported checkpoint or a run of other heads.
   """
   if not imports.is_checkpoint(directory):
     return params_from_checkpoint(
-        params, os.path.join(directory, 'checkpoints'), heads=False,
+        params, os.path.join(directory, 'checkpoints'), heads=heads,
         read_unverified=read_unverified)
+  if heads:
+    raise errors.ConfigError(
+        f'train.init_heads: {directory} is an imported checkpoint, which '
+        f'has no proposal heads to start from; init_heads takes the heads '
+        f'of a run of this project (its workdir).')
   pretrained = imports.load_model(
       directory, **{name: getattr(model_config, name) for name in RUN_FIELDS})
   differ = [f'{name}={getattr(model_config, name)!r} (the checkpoint: '

@@ -203,9 +203,11 @@ def _restore_or_start(config, workdir, checkpoints, states, params,
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
     return state
   if train_config.init_from:
+    init_heads = train_config.get('init_heads', False)
     params = factory.warm_start(params, model_config, train_config.init_from,
-                                train_config.read_unverified)
-    log(f'Warm start of the base from {train_config.init_from}.')
+                                train_config.read_unverified, heads=init_heads)
+    log(f'Warm start of the base{" and its heads" if init_heads else ""} '
+        f'from {train_config.init_from}.')
   return states.start(params, states.phases[0])
 
 
