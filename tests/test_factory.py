@@ -1,5 +1,7 @@
 """Config -> model: random and restored models of a config."""
 
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -102,6 +104,11 @@ def test_a_warm_start_takes_the_base_and_on_request_the_heads(tmp_path):
   with pytest.raises(errors.ConfigError, match='heads/.* has shape'):
     factory.warm_start(nnx.state(other, nnx.Param), other.config,
                        str(tmp_path), heads=True)
+  # An imported checkpoint has a base only: refused before it is read.
+  imported = os.path.join(os.path.dirname(__file__), 'data', 'tiny_llama3')
+  with pytest.raises(errors.ConfigError, match='tiny_llama3 is an imported '
+                     'checkpoint, which has no proposal heads'):
+    factory.warm_start(params, fresh.config, imported, heads=True)
 
 
 class Ids:
