@@ -20,10 +20,14 @@ of this one config:
     runlocal         a tiny model on TFDS mock data, 16x16 from 8x8: any
                      row in a few minutes on a CPU, no data needed (checks
                      the setup)
-    targets=T        'residuals' (default: each output intensity minus the
-                     input's bicubic upsampling there) or 'intensities'
+    targets=T        'residuals' (default: each output intensity minus a
+                     reference upsampling of the input there) or
+                     'intensities'
+    reference=R      the reference of residuals: 'linear' (default), a 5x5
+                     filter fitted by least squares on the training split
+                     before training, or 'bicubic'
     mixture=M        a discretized logistic mixture of M components over
-                     the values (default 2; 0: a softmax over them)
+                     the values (default 1; 0: a softmax over them)
     window=W         each decoder input also reads the W x W input pixels
                      around the one under it (odd; default 0: off)
 
@@ -48,12 +52,14 @@ Sized for accelerators: 100k base steps and 50k head steps of 32 images
 (greedy; blockwise for k with exact verification, distance eps and top-T)
 the mean accepted block size, wall-clock per image and speedup, PSNR and
 SSIM against the ground truth and against greedy's output; sr_test.png
-shows input, bicubic, every decoder's output and the ground truth. Each
-process reads and preprocesses only its shard of the training split
-(cached in WORKDIR/data).
+shows input, bicubic, the fitted filter's, every decoder's output and the
+ground truth. Each process reads and preprocesses only its shard of the
+training split (cached in WORKDIR/data), but for process 0, which reads
+the whole split once to fit the reference filter.
 
 The model and loss are configs/sr_demo.py's (docs/guide/images.md): the
-decoder writes residuals from bicubic upsampling, its output is a
+decoder writes residuals from a linear filter fitted to the training
+images (bicubic's detail and more), its output is a
 discretized logistic mixture (PixelCNN++'s, which the Image Transformer
 uses), and most previous intensities are hidden from it in training. The
 sizes are our choice where the paper leaves them open: encoder 4 layers
@@ -68,6 +74,8 @@ docs/guide/paper.md; no CelebA run has been measured here yet
 configs/base.py's value (documented there).
 """
 
+import os
+
 from bpd_jax.infra import config_options
 
 base = config_options.sibling(__file__, 'base')
@@ -79,7 +87,7 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
       data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
-      mixture=2, window=0)
+      reference='', mixture=1, window=0)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
@@ -111,9 +119,18 @@ def get_config(arg=None):
   task.low_res = low_res  # Side of the inputs, area-downsampled from targets.
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
-  # Target ids: 'residuals' from the input's bicubic upsampling (the model
-  # starts from bicubic's image), or 'intensities' themselves.
+  # Target ids: 'residuals' from a reference upsampling of the input (the
+  # model starts from the reference's image), or 'intensities' themselves.
   task.targets = options['targets']
+  # The reference of residuals: 'linear', a filter fitted by least squares
+  # on the training split (WORKDIR/reference_filter.npz), or 'bicubic'.
+  # (Intensity targets have none: 'bicubic', the field's neutral value.)
+  task.reference = options['reference'] or (
+      'linear' if options['targets'] == 'residuals' else 'bicubic')
+  task.reference_window = 5  # Input pixels around each output's, a side.
+  # Heads on another run's base read that run's filter ('': this run's).
+  task.reference_path = (os.path.join(init_from, 'reference_filter.npz')
+                         if init_from and task.reference == 'linear' else '')
 
   model = config.model
   model.size = 'tiny' if local else 'base'  # Starting sizes, overridden below.

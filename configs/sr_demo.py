@@ -10,18 +10,22 @@ the validation photo is a portrait no training crop comes from). A small
 conditional Image Transformer (the encoder reads the 8x8x3 input's
 intensities; the decoder writes the 16x16x3 = 768 output intensities in
 raster order with local 1D attention, each position seeing its own image
-row and the row above) writes each intensity as its residual from the
-input's bicubic upsampling, through a discretized logistic mixture
-(docs/guide/images.md: an untrained model returns bicubic's image, and
-127 is near 128). Most previous intensities are hidden from it in
+row and the row above) writes each intensity as its residual from a
+reference upsampling of the input, through a discretized logistic
+mixture (docs/guide/images.md: an untrained model returns the
+reference's image, and 127 is near 128). The reference is a linear
+filter fitted by least squares on the training crops before training
+(each output pixel from the 5x5 input pixels around its own and its
+bicubic value; seconds, kept in WORKDIR/reference_filter.npz), which
+recovers detail bicubic misses. Most previous intensities are hidden from it in
 training (input dropout), so that it reads the input image rather than
 copy its last intensity, which proposal heads cannot foresee. It trains
 200 steps, then 8 proposal heads with the whole model fine-tuned for 100
 steps. Then it decodes 16 validation images greedily and blockwise (k =
 2, 4, 8; exact verification and the distance criterion |proposal -
 argmax| <= 16) and writes WORKDIR/sr_validation.json and
-sr_validation.png: per image the input, bicubic upsampling, every
-decoder's output and the ground truth; per decoder PSNR and SSIM against
+sr_validation.png: per image the input, bicubic upsampling, the fitted
+filter's, every decoder's output and the ground truth; per decoder PSNR and SSIM against
 the ground truth and against greedy's output, the mean accepted block
 size, the wall-clock per image and the images that are one flat colour.
 Minutes on a 2-core CPU; measured figures: docs/results/images.md.
@@ -33,10 +37,11 @@ criterion accepts proposals within 16 intensities of greedy's choice.
 Options (`--config=configs/sr_demo.py:quick,targets=...,mixture=...`):
 quick (a one-minute run that shows the pipeline, not the quality);
 targets ('residuals', default, or 'intensities': what the decoder
-writes); mixture (components of the discretized logistic mixture output,
-default 2; 0: a softmax over the values); window (each decoder input also
-reads the window x window input pixels around its own, odd; default 0:
-off). Any field can be overridden, e.g.
+writes); reference (what residuals are taken from: 'linear', default,
+the fitted filter, or 'bicubic'); mixture (components of the discretized
+logistic mixture output, default 1; 0: a softmax over the values);
+window (each decoder input also reads the window x window input pixels
+around its own, odd; default 0: off). Any field can be overridden, e.g.
 `--config.eval.criteria="('exact','distance:2')"`. Fields not set here
 keep configs/base.py's value (documented there).
 """
@@ -48,7 +53,7 @@ base = config_options.sibling(__file__, 'base')
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, targets='residuals',
-                                 mixture=2, window=0)
+                                 reference='', mixture=1, window=0)
   quick = options['quick']
   high_res, low_res = 16, 8
   config = base.get_config()
@@ -61,9 +66,15 @@ def get_config(arg=None):
   task.scales = (1, 2, 4, 8)  # Photo downsampling factors crops come from.
   task.max_source_len = low_res * low_res * 3  # Input intensities, no eos.
   task.max_target_len = high_res * high_res * 3  # Output intensities.
-  # Target ids: 'residuals' from the input's bicubic upsampling (the model
-  # starts from bicubic's image), or 'intensities' themselves.
+  # Target ids: 'residuals' from a reference upsampling of the input (the
+  # model starts from the reference's image), or 'intensities' themselves.
   task.targets = options['targets']
+  # The reference of residuals: 'linear', a filter fitted by least squares
+  # on the training crops (WORKDIR/reference_filter.npz), or 'bicubic'.
+  # (Intensity targets have none: 'bicubic', the field's neutral value.)
+  task.reference = options['reference'] or (
+      'linear' if options['targets'] == 'residuals' else 'bicubic')
+  task.reference_window = 5  # Input pixels around each output's, a side.
 
   model = config.model
   model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.

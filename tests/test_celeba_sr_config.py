@@ -41,6 +41,18 @@ def test_paper_setting_by_default():
       'celeb_a', 32, 8)
   assert config.eval.ks == (2, 4, 6, 8)
   assert config.eval.max_len == 3072
+  assert (config.task.reference, config.task.reference_path) == ('linear', '')
+
+
+def test_the_reference_filter_follows_targets_and_init_from():
+  """Residuals come from the fitted filter, intensities have none, and
+  heads trained on another run's base read that run's filter."""
+  load = lambda arg: train_configs.load_config('celeba_sr', arg).task
+  assert load('k=8,init_from=/runs/base').reference_path == (
+      '/runs/base/reference_filter.npz')
+  assert load('targets=intensities').reference == 'bicubic'
+  bicubic = load('reference=bicubic,init_from=/runs/base')
+  assert (bicubic.reference, bicubic.reference_path) == ('bicubic', '')
 
 
 @pytest.mark.parametrize('arg,message', [
@@ -70,8 +82,9 @@ def test_runlocal_trains_and_reports_on_mock_celeba(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / 'sr_test.json').read_text())
   rows = {row['decoder']: row for row in report['rows']}
-  assert list(rows) == ['bicubic', 'greedy', 'blockwise k=2',
-                        'blockwise k=2 distance:8']
+  assert list(rows) == ['bicubic', 'fitted filter', 'greedy',
+                        'blockwise k=2', 'blockwise k=2 distance:8']
+  assert (tmp_path / 'reference_filter.npz').exists()
   assert rows['blockwise k=2']['identical_to_greedy'] == 1.0
   assert report['image_shape'] == [16, 16, 3]
   assert (tmp_path / 'sr_test.png').exists()

@@ -14,6 +14,7 @@ from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.models.positions import ImagePositions
 from bpd_jax.tasks.images import task as image_task
+from bpd_jax.tasks.images.fitted_filter import FittedFilter
 from bpd_jax.tasks.images.tokens import ImageVocabulary
 
 import train_configs
@@ -59,15 +60,19 @@ def test_decoders_are_greedy_then_every_k_and_criterion():
   assert 'blockwise k=8 distance:16' in names
 
 
-def tiny_image_task(count=5, high=4, low=2, targets='intensities'):
+def tiny_image_task(count=5, high=4, low=2, targets='intensities',
+                    fitted=False):
+  """fitted: residuals from a filter fitted on these images, not bicubic."""
   rng = np.random.default_rng(1)
   high_images = rng.integers(0, 256, (count, high, high, 3), dtype=np.uint8)
   low_images = high_images.reshape(count, low, high // low, low, high // low,
                                    3).mean((2, 4)).astype(np.uint8)
+  reference = (FittedFilter.fit(low_images, high_images, 1) if fitted
+               else None)
   return image_task.ImageTask((high, high, 3), (low, low, 3),
                                {'validation': lambda: (low_images,
                                                        high_images)},
-                               vocab=ImageVocabulary(targets))
+                               vocab=ImageVocabulary(targets, reference))
 
 
 def tiny_image_model(high=4, low=2, seed=0, targets='intensities',
@@ -110,26 +115,33 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   assert result['outputs']['greedy'].shape == (5, 4, 4, 3)
 
 
-@pytest.mark.parametrize('window', [0, 3])
-def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_bicubic(
-    window):
+@pytest.mark.parametrize('window, fitted', [(0, False), (3, False),
+                                            (0, True)])
+def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_the_reference(
+    window, fitted):
   """Residual targets and a mixture output, with or without the input
-  window: exact blockwise == greedy on every image, and an untrained model
-  (every component centred on the reference, a few values wide) returns
-  bicubic's image within its kernel's start."""
-  task = tiny_image_task(targets='residuals')
+  window, from bicubic or a fitted filter: exact blockwise == greedy on
+  every image, and an untrained model (every component centred on the
+  reference, a few values wide) returns the reference's image within its
+  kernel's start; a fitted reference has its own row."""
+  task = tiny_image_task(targets='residuals', fitted=fitted)
   model = tiny_image_model(targets='residuals', mixture=OutputMixture(3, 3),
                            window=window)
   decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:8')]
   result = image.evaluate(model, task, 'validation', decoders,
                           batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)
-  bicubic, greedy, exact, _ = result['rows']
+  *references, greedy, exact, _ = result['rows']
+  assert [row['decoder'] for row in references] == (
+      ['bicubic', image.FITTED] if fitted else ['bicubic'])
   assert exact['identical_to_greedy'] == 1.0
   np.testing.assert_array_equal(result['outputs']['blockwise k=4'],
                                 result['outputs']['greedy'])
+  reference = result['baselines'][references[-1]['decoder']]
   difference = np.abs(result['outputs']['greedy'].astype(int)
-                      - result['bicubic'].astype(int))
+                      - reference.astype(int))
   assert difference.max() <= 8, difference.max()
+  assert image.training_figures(result) == {'eval/psnr': greedy['psnr'],
+                                            'eval/ssim': greedy['ssim']}
 
 
 def test_report_writes_the_json_and_the_grid(tmp_path):
@@ -143,6 +155,13 @@ def test_report_writes_the_json_and_the_grid(tmp_path):
   report = json.loads((tmp_path / 'sr_validation.json').read_text())
   assert [r['decoder'] for r in report['rows']] == [
       'bicubic', 'greedy', 'blockwise k=2']
+  evaluation.report(config, str(tmp_path / 'fitted'), tiny_image_model(
+      targets='residuals'), tiny_image_task(targets='residuals', fitted=True),
+                    log=lines.append)
+  report = json.loads((tmp_path / 'fitted' / 'sr_validation.json')
+                      .read_text())
+  assert [r['decoder'] for r in report['rows']] == [
+      'bicubic', image.FITTED, 'greedy', 'blockwise k=2']
   assert report['examples'] == 3 and report['image_shape'] == [4, 4, 3]
   assert (tmp_path / 'sr_validation.png').read_bytes()[:4] == b'\x89PNG'
   assert any('| decoder' in line for line in lines)

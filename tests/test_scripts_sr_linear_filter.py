@@ -1,35 +1,29 @@
-"""scripts/sr_linear_filter.py: the least-squares filter over the input's
-neighbourhood, on a few hundred crops."""
+"""scripts/sr_linear_filter.py: the filter's PSNR beside bicubic's, on a
+few hundred crops."""
 
-import numpy as np
+import sys
 
-from bpd_jax.evaluation import image as image_eval
-from bpd_jax.tasks.images import embedded_photos
-from bpd_jax.tasks.images import tokens
+import pytest
 
 from train_configs import load_script
 
 sr_linear_filter = load_script('sr_linear_filter')
 
 
-def test_neighbourhoods_hold_the_window_around_each_output_pixel():
-  low = np.arange(2 * 8 * 8 * 3, dtype=np.uint8).reshape(2, 8, 8, 3)
-  near = sr_linear_filter.neighbourhoods(low, 3)
-  assert near.shape == (2, 16, 16, 27)
-  # Output pixel (5, 9) lies under input pixel (2, 4): its window is input
-  # rows 1..3 and columns 3..5, every channel.
-  expected = low[1, 1:4, 3:6].astype(float).reshape(-1)
-  np.testing.assert_array_equal(near[1, 5, 9], expected)
-  # At the corner the edge pixel repeats.
-  assert near[0, 0, 0, :3].tolist() == low[0, 0, 0].tolist()
+def test_it_prints_bicubic_and_each_window_on_both_photos(monkeypatch,
+                                                           capsys):
+  monkeypatch.setattr(sr_linear_filter, 'TRAIN_CROPS', 300)
+  monkeypatch.setattr(sys, 'argv', ['sr_linear_filter.py', '--windows=1,3',
+                                    '--examples=4'])
+  sr_linear_filter.main()
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith('4 validation images: bicubic PSNR')
+  assert lines[1].startswith('  linear filter, window 1: PSNR')
+  assert lines[3].startswith('4 test images: bicubic PSNR')
+  assert len(lines) == 6 and all(line.endswith(' dB') for line in lines)
 
 
-def test_the_fitted_filter_is_no_worse_than_bicubic_where_it_was_fitted():
-  """Bicubic is one of the regressors: in sample, least squares can only
-  lower the squared error (rounding aside)."""
-  crops = embedded_photos.crops('train', 200, 16, 8)
-  out = sr_linear_filter.filtered(3, crops, crops)
-  bicubic = tokens.bicubic(crops[0], 16)
-  error = lambda x: np.mean((x.astype(float) - crops[1]) ** 2)
-  assert error(out) < error(bicubic)
-  assert image_eval.psnr(crops[1], out) > image_eval.psnr(crops[1], bicubic)
+def test_a_bad_window_is_refused(monkeypatch):
+  monkeypatch.setattr(sys, 'argv', ['sr_linear_filter.py', '--windows=2'])
+  with pytest.raises(SystemExit):
+    sr_linear_filter.main()

@@ -17,7 +17,8 @@ import xla_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize('arg', [None, 'quick', 'window=3'])
+@pytest.mark.parametrize('arg', [None, 'quick', 'window=3',
+                                 'reference=bicubic', 'targets=intensities'])
 def test_config_passes_the_checks(arg):
   config_checks.check(train_configs.load_config('sr_demo', arg))
 
@@ -35,6 +36,10 @@ def test_task_and_model_fit_the_images(tmp_path):
   assert 768 + max(config.eval.ks) <= model.max_target_len
   # A query block is one image row (3 intensities a pixel).
   assert model.local_attention_block == 16 * 3
+  # Residuals from a 5x5 filter fitted on the training crops, kept with
+  # the run.
+  assert task.vocab.reference.window == 5
+  assert (tmp_path / 'reference_filter.npz').exists()
 
 
 def test_bad_eval_fields_stop_before_any_work():
@@ -79,3 +84,4 @@ def test_quick_run_writes_the_report_and_grid(tmp_path):
            and r['decoder'] != 'greedy']
   assert exact and all(r['identical_to_greedy'] == 1.0 for r in exact)
   assert (tmp_path / 'sr_validation.png').exists()
+  assert report['rows'][1]['decoder'] == 'fitted filter'

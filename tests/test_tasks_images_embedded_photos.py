@@ -8,6 +8,7 @@ import pytest
 from bpd_jax import tasks
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import embedded_photos
+from bpd_jax.tasks.images import fitted_filter
 from bpd_jax.tasks.images import tokens as image_tokens
 
 
@@ -123,10 +124,39 @@ def test_image_task_shares_sources_and_images():
     task.images('test')
 
 
+def test_a_fitted_reference_is_fitted_on_training_crops_once(tmp_path):
+  """task.reference 'linear': the training job fits the filter on the
+  training crops and keeps it in the workdir; the other jobs read it."""
+  config = image_config(targets='residuals', reference='linear',
+                        reference_window=3)
+  workdir = str(tmp_path)
+  with pytest.raises(FileNotFoundError, match='the training job fits'):
+    tasks.load_task(config, workdir, train_vocab=False)
+  task = tasks.load_task(config, workdir)
+  fitted = task.vocab.reference
+  assert fitted.window == 3 and (tmp_path / 'reference_filter.npz').exists()
+  low, high = task.images('train')
+  np.testing.assert_array_equal(
+      fitted(low), fitted_filter.FittedFilter.fit(low, high, 3)(low))
+  again = tasks.load_task(config, workdir, train_vocab=False)
+  assert again.vocab.fingerprint == task.vocab.fingerprint
+  # Residual 0 is the fitted filter's image, not bicubic's.
+  _, target = task.encoded('validation')[0]
+  low, high = task.images('validation', 1)
+  np.testing.assert_array_equal(
+      target, image_tokens.to_tokens(high[0]) - image_tokens.to_tokens(
+          fitted(low[0])) + image_tokens.RESIDUAL_ZERO_ID)
+
+
 @pytest.mark.parametrize('overrides,message', [
     (dict(high_res=16, low_res=5), 'task.high_res=16 must be a multiple of '
      'task.low_res=5'),
     (dict(sizes=dict(train=4, dev=2)), r"task.sizes has splits \['dev'\]"),
+    (dict(targets='residuals', reference='lanczos'),
+     "task.reference='lanczos' is not one of"),
+    (dict(reference='linear'), "needs task.targets='residuals'"),
+    (dict(targets='residuals', reference='linear', reference_window=4),
+     'task.reference_window=4 must be a positive odd integer'),
 ])
 def test_image_task_errors(overrides, message):
   with pytest.raises(ValueError, match=message):

@@ -148,6 +148,25 @@ def test_residual_targets_round_trip_and_are_zero_at_bicubic():
   assert vocab.decode(np.zeros_like(ids), low, (8, 8, 3)).max() == 0
 
 
+def test_residuals_from_a_fitted_reference():
+  """Residual 0 is the reference's image; the fingerprint names it."""
+  from bpd_jax.tasks.images import fitted_filter
+  low, high = image_tokens.super_resolution_pair(
+      random_images((6, 8, 8, 3)), 8, 4)
+  fitted = fitted_filter.FittedFilter.fit(low, high, 3)
+  vocab = image_tokens.ImageVocabulary('residuals', fitted)
+  ids = vocab.encode(low, high)
+  np.testing.assert_array_equal(vocab.decode(ids, low, (8, 8, 3)), high)
+  zero = np.full_like(ids, image_tokens.RESIDUAL_ZERO_ID)
+  np.testing.assert_array_equal(vocab.decode(zero, low, (8, 8, 3)),
+                                fitted(low))
+  assert vocab.fingerprint == f'residuals-514-{fitted.fingerprint}'
+  with pytest.raises(ValueError, match='the targets have 16'):
+    vocab.encode(low, image_tokens.bicubic(low, 16))
+  with pytest.raises(ValueError, match="task.targets='intensities' has none"):
+    image_tokens.ImageVocabulary('intensities', fitted)
+
+
 def test_target_forms():
   assert image_tokens.ImageVocabulary().vocab_size == image_tokens.VOCAB_SIZE
   assert image_tokens.ImageVocabulary().fingerprint == 'intensities-259'

@@ -19,10 +19,14 @@ interleaved, after compiling). The report gives, per decoder:
   failure of a model that copies its previous intensity; the ground
   truth's own count is the summary's truth_flat_images.
 Bicubic upsampling of the input is reported beside them, the baseline any
-learned super-resolution has to beat.
+learned super-resolution has to beat, and where the residuals are taken
+from a filter fitted to the training images (task.reference 'linear'),
+that filter's image too (FITTED): the image of a model that adds nothing
+to it.
 
 Files: WORKDIR/sr_<split>.json (the rows, the config), sr_<split>.png (per
-example: input, bicubic, greedy, each blockwise decoder, ground truth).
+example: input, bicubic (, the fitted filter), greedy, each blockwise
+decoder, ground truth).
 """
 
 import numpy as np
@@ -40,6 +44,7 @@ from bpd_jax.tasks.images import tokens as images_lib
 COLUMNS = ('decoder', 'mean_block', 'model_calls', 's_per_image', 'speedup',
            'psnr', 'ssim', 'psnr_vs_greedy', 'identical_to_greedy',
            'flat_images')
+FITTED = 'fitted filter'  # The row and column of task.reference 'linear'.
 # An image whose every channel's intensities have a standard deviation
 # below this is one flat colour.
 FLAT_STD = 4.0
@@ -99,8 +104,9 @@ def evaluate(model, task: image_task.ImageTask, split: str,
 
   Returns:
     dict(split, examples, image_shape, rows, outputs, low, high, bicubic,
-    truth_flat_images), a row per decoder and a bicubic row; outputs
-    {decoder name: uint8 [N, H, W, C]}.
+    baselines, truth_flat_images): a row per decoder after a bicubic row
+    (and a FITTED row where residuals are taken from a fitted filter);
+    outputs and baselines {name: uint8 [N, H, W, C]}.
   """
   shape = tuple(task.image_shape)
   log(f'Decoding {split} ({num_examples or "all"} images, '
@@ -117,9 +123,12 @@ def evaluate(model, task: image_task.ImageTask, split: str,
                        draft_vocab=draft_vocab),
       batches, decoders, max_len=max_len, repeats=repeats)
   upsampled = images_lib.bicubic(low, shape[0])
-  rows = [dict(decoder='bicubic', psnr=psnr(high, upsampled),
-               ssim=ssim(high, upsampled),
-               flat_images=flat_images(upsampled))]
+  baselines = {'bicubic': upsampled}
+  if task.vocab.reference is not None:  # What residuals are taken from.
+    baselines[FITTED] = task.vocab.upsampled(low, shape[0])
+  rows = [dict(decoder=name, psnr=psnr(high, images), ssim=ssim(high, images),
+               flat_images=flat_images(images))
+          for name, images in baselines.items()]
   decode = lambda tokens: task.vocab.decode(tokens, low, shape)
   greedy = decode(measured[0].outputs.tokens)
   greedy_wall = measured[0].wall_s
@@ -146,16 +155,17 @@ def evaluate(model, task: image_task.ImageTask, split: str,
         f'{rows[-1]["psnr"]} dB, {rows[-1]["s_per_image"]} s an image')
   return dict(split=split, examples=len(low), image_shape=shape, rows=rows,
               outputs=outputs, low=low, high=high, bicubic=upsampled,
-              truth_flat_images=flat_images(high))
+              baselines=baselines, truth_flat_images=flat_images(high))
 
 
 def write_grid(path: str, result: dict, examples: int) -> None:
-  """PNG: a row per example; input, bicubic, each decoder, ground truth."""
+  """PNG: a row per example; input, bicubic (and the fitted filter), each
+  decoder, ground truth."""
   import matplotlib  # Imported here: only the writing process draws.
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt
   blocks = {row['decoder']: row.get('mean_block') for row in result['rows']}
-  columns = ([('input', result['low']), ('bicubic', result['bicubic'])]
+  columns = ([('input', result['low'])] + list(result['baselines'].items())
              + [(name, images) for name, images in result['outputs'].items()]
              + [('ground truth', result['high'])])
   rows = min(examples, result['examples'])
@@ -194,6 +204,6 @@ def write(result: dict, config, workdir: str, log) -> None:
 
 
 def training_figures(result: dict) -> dict[str, float]:
-  """Greedy decoding's PSNR and SSIM (its row follows bicubic's)."""
-  greedy = result['rows'][1]
+  """Greedy decoding's PSNR and SSIM."""
+  greedy, = (row for row in result['rows'] if row['decoder'] == 'greedy')
   return {'eval/psnr': greedy['psnr'], 'eval/ssim': greedy['ssim']}

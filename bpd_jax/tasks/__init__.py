@@ -98,8 +98,9 @@ def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
     config: the `task` ConfigDict: name, and the fields its module documents.
     workdir: where a trained vocabulary is saved (and found on resume), and
       preprocessed TFDS data cached (WORKDIR/data/).
-    train_vocab: train a missing SentencePiece vocabulary (the training
-      job); False: a missing one is an error (evaluation, distillation).
+    train_vocab: train a missing SentencePiece vocabulary, or fit a missing
+      image reference filter (the training job); False: a missing one is
+      an error (evaluation, distillation).
 
   Returns:
     A text.task.TextTask, images.task.ImageTask or lm.task.LMTask.

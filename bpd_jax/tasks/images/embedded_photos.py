@@ -168,8 +168,9 @@ def _check(config) -> None:
 
 def _load(config, workdir: str,
           train_vocab: bool = True) -> task_lib.ImageTask:
-  """Crops cut on first use of a split; nothing read from the workdir."""
-  del workdir, train_vocab  # Photos ship with the packages; no vocabulary.
+  """Crops cut on first use of a split; a fitted reference filter
+  (task.reference 'linear') found in the workdir, or fitted on the
+  training crops and saved there when `train_vocab`."""
   _check_section(config)
   high_res, low_res = config.high_res, config.low_res
   scales = tuple(config.get('scales', DEFAULT_SCALES))
@@ -177,8 +178,10 @@ def _load(config, workdir: str,
   readers = {split: (lambda split=split, count=count: crops(
       split, count, high_res, low_res, scales, seed))
              for split, count in config.sizes.items()}
-  return task_lib.ImageTask(*task_lib.shapes(config), readers,
-                            vocab=task_lib.vocabulary(config))
+  task = task_lib.ImageTask(*task_lib.shapes(config), readers)
+  task.vocab = task_lib.run_vocabulary(config, workdir, train_vocab,
+                                       lambda: task.images('train'))
+  return task
 
 
 SPEC = spec.TaskSpec(name='embedded_images', kind='image', load=_load,

@@ -14,6 +14,14 @@ fields, besides their own, are:
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
   max_source_len, max_target_len: low_res**2 * 3 and high_res**2 * 3.
   targets: 'intensities' (default) or 'residuals' (`vocabulary`).
+  reference: what residuals are taken from: 'bicubic' (default), or
+    'linear', a linear filter fitted on the training images
+    (images/fitted_filter.py, kept in the run's workdir).
+  reference_window: the fitted filter's input neighbourhood, odd (default
+    5).
+  reference_path: optional, another run's fitted filter to read (that of
+    the run a warm start starts from); default: the workdir's, fitted by
+    the training job.
 `check` below checks them, and the fields of the super-resolution report
 (bpd_jax/evaluation/image.py) in the eval section.
 """
@@ -24,11 +32,14 @@ from typing import Callable
 
 import numpy as np
 
+from bpd_jax.infra import numeric
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks.checks import at_least
+from bpd_jax.tasks.images import fitted_filter
 from bpd_jax.tasks.images import tokens as images_lib
 
 ImagePair = tuple[np.ndarray, np.ndarray]  # (low uint8 [N,h,w,C], high ...).
+DEFAULT_WINDOW = 5  # task.reference_window where the section has none.
 
 
 class ImagePairs(collections.abc.Sequence):
@@ -151,14 +162,45 @@ def shapes(task) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
   return (task.high_res, task.high_res, 3), (task.low_res, task.low_res, 3)
 
 
-def vocabulary(task) -> images_lib.ImageVocabulary:
+REFERENCES = ('bicubic', 'linear')  # task.reference's values.
+
+
+def vocabulary(task, reference: fitted_filter.FittedFilter | None = None
+               ) -> images_lib.ImageVocabulary:
   """The vocabulary of a task section's `targets` form ('intensities'
-  where it has none).
+  where it has none), residuals taken from `reference` (None: bicubic).
 
   Raises:
-    ValueError: an unknown form.
+    ValueError: an unknown form, or a bad reference field.
   """
-  return images_lib.ImageVocabulary(task.get('targets', 'intensities'))
+  targets = task.get('targets', 'intensities')
+  kind = task.get('reference', 'bicubic')
+  if kind not in REFERENCES:
+    raise ValueError(f'task.reference={kind!r} is not one of {REFERENCES}.')
+  if kind != 'bicubic' and targets != 'residuals':
+    raise ValueError(f'task.reference={kind!r} is what residuals are taken '
+                     f'from: it needs task.targets=\'residuals\', not '
+                     f'{targets!r}.')
+  window = task.get('reference_window', DEFAULT_WINDOW)
+  if not (numeric.is_integer(window) and window >= 1 and window % 2):
+    raise ValueError(f'task.reference_window={window!r} must be a positive '
+                     f'odd integer.')
+  return images_lib.ImageVocabulary(targets, reference)
+
+
+def run_vocabulary(task, workdir: str, train: bool,
+                   training_images: Callable[[], ImagePair]
+                   ) -> images_lib.ImageVocabulary:
+  """A run's vocabulary: `vocabulary`, with the run's fitted filter when
+  task.reference is 'linear' (found in the workdir, or fitted on
+  `training_images()` and saved there when `train`:
+  fitted_filter.reference_filter)."""
+  checked = vocabulary(task)
+  if task.get('reference', 'bicubic') == 'bicubic':
+    return checked
+  return vocabulary(task, fitted_filter.reference_filter(
+      workdir, task.get('reference_window', DEFAULT_WINDOW),
+      training_images, train, task.get('reference_path', '')))
 
 
 def check_lengths_and_eval(config) -> None:

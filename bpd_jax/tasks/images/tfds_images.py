@@ -162,8 +162,10 @@ def _check(config) -> None:
 
 def _load(config, workdir: str,
           train_vocab: bool = True) -> task_lib.ImageTask:
-  """Splits opened; each read (and cached in WORKDIR/data/) on first use."""
-  del train_vocab  # Intensities need no vocabulary.
+  """Splits opened; each read (and cached in WORKDIR/data/) on first use;
+  a fitted reference filter (task.reference 'linear') found in the
+  workdir, or fitted on the whole training split and saved there when
+  `train_vocab`."""
   _check_section(config)
   image_shape, low_res_shape = task_lib.shapes(config)
   mock_examples = config.get('mock_examples', 0)
@@ -182,9 +184,11 @@ def _load(config, workdir: str,
                         process_count, cache)
 
   readers = {split: (lambda split=split: read(split)) for split in sources}
-  return task_lib.ImageTask(image_shape, low_res_shape, readers,
-                            lambda index, count: read('train', index, count),
-                            task_lib.vocabulary(config))
+  task = task_lib.ImageTask(image_shape, low_res_shape, readers,
+                            lambda index, count: read('train', index, count))
+  task.vocab = task_lib.run_vocabulary(config, workdir, train_vocab,
+                                       lambda: task.images('train'))
+  return task
 
 
 SPEC = spec.TaskSpec(name='tfds_images', kind='image', load=_load,

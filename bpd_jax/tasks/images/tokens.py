@@ -10,14 +10,16 @@ distance between two intensity ids is the distance between the intensities
 
 Targets take one of two forms (TARGET_FORMS, the task's `targets`):
 - 'intensities': intensity v is id v + INTENSITY_OFFSET, as above.
-- 'residuals': the target's intensity minus the bicubic upsampling of the
-  input at the same place (`bicubic`, the baseline a super-resolution model
-  has to beat), r in [-255, 255], written as id r + RESIDUAL_ZERO_ID. A
-  model that predicts residual 0 everywhere returns bicubic's image; one
-  whose output distribution starts centred there (models/mixture.py)
-  starts from bicubic and learns the detail it lacks. Ids stay ordered
-  (the distance between two residual ids is the distance between the
-  intensities they give at one place).
+- 'residuals': the target's intensity minus a reference upsampling of the
+  input at the same place, r in [-255, 255], written as id r +
+  RESIDUAL_ZERO_ID. The reference is bicubic (`bicubic`, the baseline a
+  super-resolution model has to beat), or a linear filter fitted to the
+  training images (images/fitted_filter.py). A model that predicts
+  residual 0 everywhere returns the reference's image; one whose output
+  distribution starts centred there (models/mixture.py) starts from it and
+  learns the detail it lacks. Ids stay ordered (the distance between two
+  residual ids is the distance between the intensities they give at one
+  place).
 Sources are always intensities.
 
 Downsampling is by area: an output pixel is the mean of the input area it
@@ -58,8 +60,15 @@ class ImageVocabulary:
   Not a text vocabulary (there is no text to encode); it gives what a model
   config and the training loop read (vocab_size and the special ids), and
   turns images into target ids and back (`encode`, `decode`).
+
+  Attributes:
+    targets: the form, a key of TARGET_FORMS.
+    reference: what residuals are taken from: a callable uint8 [..., h, w,
+      C] -> [..., H, W, C] with a `fingerprint` (a
+      fitted_filter.FittedFilter); None: bicubic.
   """
   targets: str = 'intensities'
+  reference: object = None
   pad_id, eos_id, bos_id = token_ids.PAD_ID, token_ids.EOS_ID, token_ids.BOS_ID
   stop_ids = ()
   intensity_offset = INTENSITY_OFFSET  # The lowest value's id, either form.
@@ -68,6 +77,9 @@ class ImageVocabulary:
     if self.targets not in TARGET_FORMS:
       raise ValueError(f'task.targets={self.targets!r} is not one of '
                        f'{tuple(TARGET_FORMS)}.')
+    if self.reference is not None and self.targets != 'residuals':
+      raise ValueError(f'a reference upsampling is what residuals are taken '
+                       f'from; task.targets={self.targets!r} has none.')
 
   @property
   def vocab_size(self) -> int:
@@ -76,15 +88,28 @@ class ImageVocabulary:
   @property
   def fingerprint(self) -> str:
     """Fixed ids (see text.vocab.Vocabulary.fingerprint): one value a
-    form."""
-    return f'{self.targets}-{self.vocab_size}'
+    form, and the fitted reference's hash (the targets' meaning) if any."""
+    own = f'{self.targets}-{self.vocab_size}'
+    return f'{own}-{self.reference.fingerprint}' if self.reference else own
+
+  def upsampled(self, low: np.ndarray, size: int) -> np.ndarray:
+    """The reference image of residuals: uint8 [..., h, w, C] ->
+    [..., size, size, C]."""
+    if self.reference is None:
+      return bicubic(low, size)
+    upsampled = self.reference(low)
+    if upsampled.shape[-2] != size:
+      raise ValueError(f'the reference filter makes {upsampled.shape[-2]}-'
+                       f'pixel images of these inputs; the targets have '
+                       f'{size}.')
+    return upsampled
 
   def encode(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Target ids of uint8 [..., H, W, C] images whose inputs are uint8
     [..., h, w, C] `low`: int32 [..., H*W*C]."""
     if self.targets == 'intensities':
       return to_tokens(high)
-    reference = bicubic(low, high.shape[-2])
+    reference = self.upsampled(low, high.shape[-2])
     return (to_tokens(high) - to_tokens(reference)) + RESIDUAL_ZERO_ID
 
   def decode(self, tokens: np.ndarray, low: np.ndarray,
@@ -96,7 +121,7 @@ class ImageVocabulary:
       return from_tokens(tokens, shape)
     tokens = np.asarray(tokens)
     _check_ids(tokens, shape, self.vocab_size)
-    reference = to_tokens(bicubic(low, shape[0])) - INTENSITY_OFFSET
+    reference = to_tokens(self.upsampled(low, shape[0])) - INTENSITY_OFFSET
     values = reference + tokens - RESIDUAL_ZERO_ID
     values = np.where(tokens < INTENSITY_OFFSET, 0, np.clip(values, 0, 255))
     return values.astype(np.uint8).reshape(*tokens.shape[:-1], *shape)
