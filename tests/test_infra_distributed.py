@@ -186,3 +186,16 @@ def test_two_processes_decode_on_split_parameters(tmp_path):
     for name, options in distributed_decode.DECODES.items():
       np.testing.assert_array_equal(
           decoded[name], decoder.decode(inputs, options).tokens, name)
+
+
+def test_made_once_makes_a_missing_file_and_only_then(tmp_path):
+  path = str(tmp_path / 'f.txt')
+  calls = []
+  make = lambda: (calls.append(1), open(path, 'w').close())
+  distributed.made_once(path, make, wait=True, what='test file')
+  distributed.made_once(path, make, wait=True, what='test file')
+  assert calls == [1]
+  with pytest.raises(FileNotFoundError, match='test file .* not found after '
+                     'process 0 made it'):
+    distributed.made_once(str(tmp_path / 'g.txt'), lambda: None, wait=True,
+                          what='test file')

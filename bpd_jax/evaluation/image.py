@@ -103,8 +103,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     log: progress messages go here.
 
   Returns:
-    dict(split, examples, image_shape, rows, outputs, low, high, bicubic,
-    baselines, truth_flat_images): a row per decoder after a bicubic row
+    dict(split, examples, image_shape, rows, outputs, low, high, baselines,
+    truth_flat_images): a row per decoder after a bicubic row
     (and a FITTED row where residuals are taken from a fitted filter);
     outputs and baselines {name: uint8 [N, H, W, C]}.
   """
@@ -122,8 +122,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
       generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
                        draft_vocab=draft_vocab),
       batches, decoders, max_len=max_len, repeats=repeats)
-  upsampled = images_lib.bicubic(low, shape[0])
-  baselines = {'bicubic': upsampled}
+  baselines = {'bicubic': images_lib.bicubic(low, shape[0])}
   if task.vocab.reference is not None:  # What residuals are taken from.
     baselines[FITTED] = task.vocab.upsampled(low, shape[0])
   rows = [dict(decoder=name, psnr=psnr(high, images), ssim=ssim(high, images),
@@ -154,8 +153,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     log(f'  {spec.name}: mean block {rows[-1]["mean_block"]}, PSNR '
         f'{rows[-1]["psnr"]} dB, {rows[-1]["s_per_image"]} s an image')
   return dict(split=split, examples=len(low), image_shape=shape, rows=rows,
-              outputs=outputs, low=low, high=high, bicubic=upsampled,
-              baselines=baselines, truth_flat_images=flat_images(high))
+              outputs=outputs, low=low, high=high, baselines=baselines,
+              truth_flat_images=flat_images(high))
 
 
 def write_grid(path: str, result: dict, examples: int) -> None:

@@ -8,6 +8,8 @@ Detected from the environment the launchers set:
 - a multi-host TPU slice (TPU_WORKER_HOSTNAMES lists several hosts), which
   jax also reads itself.
 On one process nothing happens, so the same command runs on a laptop.
+`made_once` writes a file of the shared workdir once for all processes (a
+vocabulary, a fitted filter).
 """
 
 import os
@@ -49,3 +51,31 @@ def initialize() -> None:
                      'JAX_NUM_PROCESSES and JAX_PROCESS_ID (this process\'s '
                      'index).')
   jax.distributed.initialize(**kwargs)
+
+
+def made_once(path: str, make, wait: bool, what: str) -> None:
+  """A file of the job's shared workdir, made by one process: process 0
+  calls `make()` where `path` is missing; with several processes and
+  `wait`, every process waits there for it (each passes here, having seen
+  the same files and taken the same branch).
+
+  Args:
+    path: the file `make` writes.
+    make: () -> None, writes `path`.
+    wait: the processes wait for process 0 (the job that makes the file);
+      False: a job that only reads it.
+    what: the file's kind, for the barrier's name and the error.
+
+  Raises:
+    FileNotFoundError: `path` is still missing (a workdir that is not
+      shared by all processes).
+  """
+  from jax.experimental import multihost_utils
+  if not os.path.exists(path) and jax.process_index() == 0:
+    make()
+  if wait and jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f'bpd_jax {what}')
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'{what} {path} not found after process 0 made it: the workdir '
+        f'must be shared by all processes.')

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from bpd_jax.infra import atomic_files
 from bpd_jax.tasks.images import tokens
 
 FILE_NAME = 'reference_filter.npz'  # In the run's workdir.
@@ -126,10 +127,9 @@ class FittedFilter:
     return out.reshape(*low.shape[:-3], h * f, w * f, channels)
 
   def save(self, path: str) -> None:
-    """Writes the filter to `path` (.npz), atomically."""
-    partial = f'{path}.partial.npz'
-    np.savez(partial, window=self.window, weights=self.weights)
-    os.replace(partial, path)
+    """Writes the filter to `path` (.npz), whole or not at all."""
+    with atomic_files.replacing(path) as temp:
+      np.savez(temp, window=self.window, weights=self.weights)
 
   @classmethod
   def load(cls, path: str) -> 'FittedFilter':
@@ -166,20 +166,16 @@ def reference_filter(workdir: str, window: int, fit_on, train: bool,
         f'writes it (python -m bpd_jax.main --workdir=...); a run trained '
         f'with residuals from bicubic reads task.reference=\'bicubic\'.')
   path = path or own
-  import jax  # Only here: the data modules need no devices otherwise.
-  from jax.experimental import multihost_utils
-  if not os.path.exists(path) and jax.process_index() == 0:
+  # Only here: the data modules need no devices otherwise.
+  from bpd_jax.infra import distributed
+
+  def fit():
     low, high = fit_on()
     logging.info('Fitting a %dx%d linear reference filter on %d training '
                  'images -> %s', window, window, len(low), path)
-    os.makedirs(workdir, exist_ok=True)
     FittedFilter.fit(low, high, window).save(path)
-  if train and jax.process_count() > 1:
-    multihost_utils.sync_global_devices('bpd_jax reference filter')
-  if not os.path.exists(path):
-    raise FileNotFoundError(
-        f'reference filter {path} not found after process 0 fitted it: the '
-        f'workdir must be shared by all processes.')
+
+  distributed.made_once(path, fit, train, 'reference filter')
   found = FittedFilter.load(path)
   if found.window != window:
     raise ValueError(f'{path} is a {found.window}x{found.window} filter; the '

@@ -195,12 +195,13 @@ def run_vocabulary(task, workdir: str, train: bool,
   task.reference is 'linear' (found in the workdir, or fitted on
   `training_images()` and saved there when `train`:
   fitted_filter.reference_filter)."""
-  checked = vocabulary(task)
+  checked = vocabulary(task)  # Its fields, before any fitting.
   if task.get('reference', 'bicubic') == 'bicubic':
     return checked
-  return vocabulary(task, fitted_filter.reference_filter(
-      workdir, task.get('reference_window', DEFAULT_WINDOW),
-      training_images, train, task.get('reference_path', '')))
+  fitted = fitted_filter.reference_filter(
+      workdir, task.get('reference_window', DEFAULT_WINDOW), training_images,
+      train, task.get('reference_path', ''))
+  return images_lib.ImageVocabulary(checked.targets, fitted)
 
 
 def check_lengths_and_eval(config) -> None:

@@ -204,19 +204,15 @@ def sentencepiece_vocab(config, workdir: str, train_vocab: bool,
         f'vocabulary {model_path} not found: the training job writes it '
         f'(python -m bpd_jax.main --workdir=...); task.vocab_path names '
         f'another run\'s.')
-  import jax  # Only here: the data modules need no devices otherwise.
-  from jax.experimental import multihost_utils
-  if not exists and jax.process_index() == 0:
+  # Only here: the data modules need no devices otherwise.
+  from bpd_jax.infra import distributed
+
+  def train():
     text_ = sentences()
     logging.info('Training a %d-piece SentencePiece vocabulary on %d '
                  'sentences -> %s', config.vocab_size, len(text_), model_path)
     SentencePieceVocabulary.train(text_, model_path, config.vocab_size,
                                   **options)
-  if train_vocab and jax.process_count() > 1:
-    # Every process passes here (same files seen, same branch taken).
-    multihost_utils.sync_global_devices('bpd_jax vocabulary')
-  if not os.path.exists(model_path):
-    raise FileNotFoundError(
-        f'vocabulary {model_path} not found after process 0 trained it: '
-        f'the workdir must be shared by all processes.')
+
+  distributed.made_once(model_path, train, train_vocab, 'vocabulary')
   return SentencePieceVocabulary(model_path)
