@@ -159,7 +159,10 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
                     progress=lambda line: None)
   assert [(row['decoder'], row['k'], row['tree']) for row in rows] == [
       ('greedy', 1, None), ('blockwise', 3, None),
-      ('blockwise', 3, 'tree:5'), ('auto', 3, 'tree:4')]
+      ('blockwise', 3, 'tree:5'), ('blockwise', 3, 'tree:4'),
+      ('auto', 3, 'tree:4')]
+  # The tuning's tree decodes on its own row as auto decoded with it.
+  assert rows[3]['model_calls'] == rows[-1]['model_calls']
   # The auto row shows the costs it chose by; the others have none.
   assert rows[-1]['auto_iteration_ms'] == {'1': 9000.0, '3': 9000.0,
                                            'tree:4': 1000.0}

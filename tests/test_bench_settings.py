@@ -29,6 +29,21 @@ def test_sweep_order_and_combinations():
       'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
 
 
+def test_a_tunings_trees_are_rows_at_their_depth():
+  # Head 2's right token is rank 0 half the time, rank 1 40%; head 3's
+  # 50% / 30%: the best 4-node tree is (0), (1), (0, 0), depth 2.
+  tuning = auto_k.AutoK(np.array([[0, 1, 1]]),
+                        rank_probabilities=np.array([[.5, .4], [.5, .3]]),
+                        tree_sizes=(4, 3))
+  sweep = settings.sweep([2, 3], tuning=tuning)
+  assert [s.name for s in sweep] == [
+      'greedy', 'k=2', 'k=3', 'k=3 tree:4', 'k=2 tree:3', 'auto']
+  options = sweep[3].options(10)
+  assert options.k == 3 and options.tree == tuning.trees[0]
+  assert set(options.tree.paths) == {(0,), (1,), (0, 0)}
+  assert sweep[4].options(10).tree.paths == ((0,), (1,))
+
+
 def test_greedy_is_k1():
   greedy = settings.sweep([2])[0]
   assert greedy.options(8).k == 1 and greedy.kind == 'greedy'

@@ -2,6 +2,7 @@
 
 import ml_collections
 import numpy as np
+import pytest
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
@@ -20,6 +21,18 @@ def test_spec_names_and_kinds():
   assert DecoderSpec(3, refinement_spec='none:p=2').name == (
       'blockwise k=3 none:p=2')
   assert DecoderSpec(2, name='k=2').name == 'k=2'
+
+
+def test_a_tree_as_widths_or_as_a_tree():
+  widths = DecoderSpec(4, tree='2,2')
+  assert widths.name == 'blockwise k=4 tree=2,2'
+  assert widths.options(9).tree == decoding.Tree.from_widths((2, 2), 3)
+  tree = decoding.Tree(((0,), (1,), (0, 0)))
+  given = DecoderSpec(3, tree=tree)
+  assert given.name == 'blockwise k=3 tree:4'
+  assert given.options(9).tree == tree and given.options(9).k == 3
+  with pytest.raises(ValueError, match='depth 2 is decoded with k = 3, not 5'):
+    DecoderSpec(5, tree=tree).options(9)
 
 
 def test_auto_decodes_with_its_tunings_criterion():

@@ -40,8 +40,9 @@ _TREES = flags.DEFINE_multi_string(
     "e.g. '2,2' (repeatable): a row at every k deeper than it, exact "
     'verification.')
 _TREE_SIZES = flags.DEFINE_list(
-    'tree_sizes', [], "Nodes of the trees k='auto' may choose too, each the "
-    "most probable of that size (e.g. 16,32; exact verification).")
+    'tree_sizes', [], 'Nodes of the most probable trees under the rank '
+    'probabilities measured on the calibration sources (e.g. 16,32; exact '
+    "verification): each a row at its depth, and a candidate of k='auto'.")
 _EXAMPLES = flags.DEFINE_integer('examples', 256,
                                  'Eval sentences decoded per setting.',
                                  lower_bound=1)
@@ -65,19 +66,20 @@ _QUICK = flags.DEFINE_boolean(
 
 
 def setting(k: int = 1, criterion: str = 'exact', min_block: int = 1,
-            sampler: str = '', tree: str = '') -> DecoderSpec:
+            sampler: str = '', tree: str | decoding.Tree = '') -> DecoderSpec:
   """A fixed decoder of the sweep, named as the bench names it: 'greedy'
-  (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2', 'ancestral
-  temperature=0.7', 'k=4 temperature=0.7'."""
+  (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2' (widths), 'k=5 tree:32' (a
+  `decoding.Tree` of 32 nodes), 'ancestral temperature=0.7', 'k=4
+  temperature=0.7'."""
+  spec = DecoderSpec(k, criterion, min_block, sampler=sampler, tree=tree)
   if k == 1:
     name = 'ancestral' if sampler else 'greedy'
   else:
     name = f'k={k}' + ('' if criterion == 'exact' else f' {criterion}') + (
         f' l={min_block}' if min_block > 1 else '') + (
-            f' tree={tree}' if tree else '')
+            f' {spec.tree_name}' if tree else '')
   name += f' {sampler}' if sampler else ''
-  return DecoderSpec(k, criterion, min_block, name=name, sampler=sampler,
-                     tree=tree)
+  return dataclasses.replace(spec, name=name)
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
@@ -86,7 +88,8 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           trees: Sequence[str] = ()) -> list[DecoderSpec | AutoSpec]:
   """Greedy first (the reference), every blockwise combination (k > 1),
   the trees (widths specs) at every k deeper than them with exact
-  verification, then k='auto' where a tuning is given; then per sampler
+  verification, then where a tuning is given its trees (`AutoK.trees`, the
+  most probable of each size) at their depth and k='auto'; then per sampler
   its ancestral sampling (that sampler's reference) and blockwise
   sampling at every k > 1 with each criterion sampling takes."""
   for spec in criteria:
@@ -102,7 +105,9 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
     depth = len(tree.split(','))
     decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
     settings += [setting(k, tree=tree) for k in ks if k > depth]
-  settings += [AutoSpec(tuning)] if tuning is not None else []
+  if tuning is not None:
+    settings += [setting(tree.depth + 1, tree=tree) for tree in tuning.trees]
+    settings.append(AutoSpec(tuning))
   for sampler in samplers:
     settings.append(setting(sampler=sampler))
     settings += [setting(k, criterion, sampler=sampler)
@@ -118,7 +123,8 @@ class Plan:
   Attributes:
     ks, criteria, min_blocks, samplers, trees: the sweep (`sweep`).
     batch_sizes: the batch sizes timed.
-    tree_sizes: nodes of the trees k='auto' may choose.
+    tree_sizes: nodes of the most probable trees: rows of their own and
+      candidates of k='auto'.
     examples: eval sentences decoded per setting.
     repeats: timed rounds per setting.
     calibration_examples: training sources k='auto' is tuned on (0: no
@@ -190,7 +196,8 @@ def parse(config) -> Plan:
     values.update(_quick(values))
   plan = Plan(**values)
   if plan.tree_sizes and not plan.calibration_examples:
-    raise app.UsageError('--tree_sizes are the auto setting\'s: they need '
+    raise app.UsageError('--tree_sizes are measured on the calibration '
+                         'sources: they need '
                          '--calibration_examples > 0.')
   for spec in plan.settings():  # Samplers and criteria checked together.
     spec.options(config.eval.max_len).check(

@@ -35,8 +35,9 @@ class DecoderSpec:
       reports' names; the bench and the drafts comparison give their own).
     sampler: '' (argmax), or a `decoding.Sampler.from_spec` spec: ancestral
       sampling for k = 1, blockwise sampling otherwise.
-    tree: '' (one draft a call), or the widths of a tree of the heads'
-      candidates of depth k - 1 (`decoding.Tree.from_spec`, e.g. '2,2').
+    tree: '' (one draft a call), the widths of a tree of the heads'
+      candidates of depth k - 1 (`decoding.Tree.from_spec`, e.g. '2,2'),
+      or a `decoding.Tree` of depth k - 1 (e.g. `Tree.best`'s).
   """
   k: int = 1
   criterion: str = 'exact'
@@ -45,7 +46,7 @@ class DecoderSpec:
   refinement_spec: str = ''
   name: str = ''
   sampler: str = ''
-  tree: str = ''
+  tree: str | decoding.Tree = ''
 
   def __post_init__(self):
     if not self.name:
@@ -58,8 +59,15 @@ class DecoderSpec:
     extra = '' if self.criterion == 'exact' else f' {self.criterion}'
     extra += f' l={self.min_block}' if self.min_block > 1 else ''
     extra += f' {self.refinement_spec}' if self.refinement_spec else ''
-    extra += f' tree={self.tree}' if self.tree else ''
+    extra += f' {self.tree_name}' if self.tree else ''
     return f'blockwise k={self.k}{extra}{sampled}'
+
+  @property
+  def tree_name(self) -> str:
+    """'tree=2,2' (widths) or 'tree:N' (a Tree of N nodes); '' without."""
+    if isinstance(self.tree, decoding.Tree):
+      return self.tree.spec
+    return f'tree={self.tree}' if self.tree else ''
 
   @property
   def kind(self) -> str:
@@ -76,8 +84,15 @@ class DecoderSpec:
         min_block=self.min_block, refinement=self.refinement,
         sampler=(decoding.Sampler.from_spec(self.sampler) if self.sampler
                  else None),
-        tree=decoding.Tree.from_spec(self.tree, self.k - 1) if self.tree
-        else None)
+        tree=self._tree())
+
+  def _tree(self) -> decoding.Tree | None:
+    if isinstance(self.tree, decoding.Tree):
+      if self.tree.depth != self.k - 1:
+        raise ValueError(f'a tree of depth {self.tree.depth} is decoded '
+                         f'with k = {self.tree.depth + 1}, not {self.k}.')
+      return self.tree
+    return decoding.Tree.from_spec(self.tree, self.k - 1) if self.tree else None
 
   def decoded(self, max_len: int, batch_size: int,
               length: int) -> decoding.DecodeOptions:
