@@ -184,6 +184,23 @@ def test_a_record_from_before_an_added_field(tmp_path):
     train(config, tmp_path)
 
 
+def test_an_image_run_recorded_before_fitted_references(tmp_path):
+  """Residuals were bicubic's before task.reference existed: such a run
+  resumes and reads with reference='bicubic' and refuses 'linear'."""
+  config = train_configs.load_config('sr_demo', 'reference=bicubic')
+  train(config, tmp_path)
+  record = tmp_path / 'config.json'
+  fields = json.loads(record.read_text())
+  for field in ('task.reference', 'task.reference_window'):
+    del fields[field]
+  record.write_text(json.dumps(fields))
+  assert train(config, tmp_path, write=False) == []
+  assert read(config, tmp_path) == []
+  with pytest.raises(errors.WorkdirError, match=(
+      r"task.reference \"bicubic\" \(saved\) vs \"linear\" \(now\)")):
+    train(train_configs.load_config('sr_demo'), tmp_path)
+
+
 def test_training_names_every_refused_field(tmp_path):
   train(train_configs.demo_config(), tmp_path)
   config = train_configs.demo_config()

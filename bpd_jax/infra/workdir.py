@@ -92,6 +92,9 @@ ADDED_FIELDS = {
     'model.num_kv_heads': None, 'model.head_dim': None,
     'model.qkv_bias': True, 'model.out_bias': True, 'model.ffn_bias': True,
     'model.rope_theta': 10_000.0, 'model.rope_scaling': None,
+    # Image residuals were taken from bicubic upsampling, with no filter.
+    'task.reference': 'bicubic', 'task.reference_window': 5,
+    'task.reference_path': '',
 }
 
 # The record's entries that are no config field: the run's vocabulary, as
