@@ -31,8 +31,8 @@ def test_a_tree_as_widths_or_as_a_tree():
   given = DecoderSpec(3, tree=tree)
   assert given.name == 'blockwise k=3 tree:4'
   assert given.options(9).tree == tree and given.options(9).k == 3
-  with pytest.raises(ValueError, match='depth 2 is decoded with k = 3, not 5'):
-    DecoderSpec(5, tree=tree).options(9)
+  with pytest.raises(ValueError, match='depth 2 .* k must be 3, not 5'):
+    DecoderSpec(5, tree=tree).options(9).check(8, 100)
 
 
 def test_auto_decodes_with_its_tunings_criterion():

@@ -72,14 +72,7 @@ def setting(k: int = 1, criterion: str = 'exact', min_block: int = 1,
   `decoding.Tree` of 32 nodes), 'ancestral temperature=0.7', 'k=4
   temperature=0.7'."""
   spec = DecoderSpec(k, criterion, min_block, sampler=sampler, tree=tree)
-  if k == 1:
-    name = 'ancestral' if sampler else 'greedy'
-  else:
-    name = f'k={k}' + ('' if criterion == 'exact' else f' {criterion}') + (
-        f' l={min_block}' if min_block > 1 else '') + (
-            f' {spec.tree_name}' if tree else '')
-  name += f' {sampler}' if sampler else ''
-  return dataclasses.replace(spec, name=name)
+  return dataclasses.replace(spec, name=spec.name.removeprefix('blockwise '))
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),

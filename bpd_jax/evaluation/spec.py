@@ -87,12 +87,10 @@ class DecoderSpec:
         tree=self._tree())
 
   def _tree(self) -> decoding.Tree | None:
-    if isinstance(self.tree, decoding.Tree):
-      if self.tree.depth != self.k - 1:
-        raise ValueError(f'a tree of depth {self.tree.depth} is decoded '
-                         f'with k = {self.tree.depth + 1}, not {self.k}.')
-      return self.tree
-    return decoding.Tree.from_spec(self.tree, self.k - 1) if self.tree else None
+    """The Tree to decode with (its depth is checked with the options)."""
+    if isinstance(self.tree, decoding.Tree) or not self.tree:
+      return self.tree or None
+    return decoding.Tree.from_spec(self.tree, self.k - 1)
 
   def decoded(self, max_len: int, batch_size: int,
               length: int) -> decoding.DecodeOptions:
