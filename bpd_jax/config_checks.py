@@ -13,7 +13,7 @@ from bpd_jax import tasks
 from bpd_jax.infra import numeric
 from bpd_jax.infra import sharding
 from bpd_jax.models import factory
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 from bpd_jax.tasks.checks import at_least, number_in
 from bpd_jax.training import losses
 from bpd_jax.training import optim
@@ -111,6 +111,7 @@ def _check_rates(train) -> None:
             default=0.0)
   number_in(train, 'train', 'scheduled_sampling', 0, 1, default=0.0)
   number_in(train, 'train', 'head_position_fraction', 0, 1, open_low=True)
+  number_in(train, 'train', 'head_loss_decay', 0, _FLOAT32_MAX, default=0.0)
   number_in(train, 'train', 'clip_norm', 0)
 
 
@@ -212,7 +213,7 @@ def _check_decoders(ev, model) -> None:
             max_len=ev.max_len, k=k, criterion=spec,
             min_block=ev.min_block if k > 1 else 1).check(
                 model.num_proposal_heads, unknown_vocabulary,
-                heads_lib.dependent(model.head_layer))
+                drafters.dependent(model.head_layer))
       except ValueError as error:
         raise ValueError(f'eval (ks={tuple(ev.ks)}, min_block='
                          f'{ev.min_block}, criteria={tuple(ev.criteria)}): '
@@ -233,9 +234,9 @@ def _check_head_positions(train, model) -> None:
     raise ValueError(f'train.head_position_fraction={fraction} with '
                      f'train.random_head=True: each cuts the heads\' cost '
                      f'of a step; choose one.')
-  if fraction < 1 and model.head_layer == 'autoregressive':
+  if fraction < 1 and not drafters.get(model.head_layer).samples_positions:
     raise ValueError(f'train.head_position_fraction={fraction}: the '
-                     f'autoregressive draft layer attends over every '
+                     f'{model.head_layer!r} drafter attends over every '
                      f'position, so its positions cannot be sampled; set '
                      f'it to 1.0.')
 
@@ -250,7 +251,7 @@ def _check_head_targets(train, model) -> None:
   if inputs not in losses.DRAFT_INPUTS:
     raise ValueError(f'train.draft_inputs={inputs!r} is not one of '
                      f'{losses.DRAFT_INPUTS}.')
-  if inputs != 'data' and not heads_lib.dependent(model.head_layer):
+  if inputs != 'data' and not drafters.dependent(model.head_layer):
     raise ValueError(f'train.draft_inputs={inputs!r}: '
                      f'head_layer={model.head_layer!r} heads read no '
                      f'earlier drafts; set it to \'data\'.')

@@ -51,7 +51,7 @@ from bpd_jax import rescorers
 from bpd_jax.infra import numeric
 from bpd_jax.infra import sharding
 from bpd_jax.models import attention
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 from bpd_jax.models.transformer import Transformer
 
 
@@ -100,8 +100,9 @@ class Decoder:
     self.mesh, self.batch_axis = mesh, batch_axis
     self._placement = None
     if mesh is not None:
-      self._placement = _Placement(mesh, batch_axis,
-                                   _hashable_rules(param_rules))
+      self._placement = _Placement(
+          mesh, batch_axis, _hashable_rules(param_rules),
+          drafters.tensor_rules(model.config.head_layer))
       model = self._placement.place(model, log)
     self.model = model
     self.draft_vocab = _checked_draft_vocab(draft_vocab, model.config)
@@ -293,7 +294,7 @@ class Decoder:
   def _checked(self, inputs, options: decoding.DecodeOptions):
     """The inputs checked against the options and placed on the mesh."""
     options.check(self.config.num_proposal_heads, self.config.vocab_size,
-                  heads_lib.dependent(self.config.head_layer))
+                  drafters.dependent(self.config.head_layer))
     if options.scored > options.k and self.config.local_window:
       raise ValueError('several drafts a call (a tree or a refinement of '
                        'p > 1) are verified as a token tree, which local '
@@ -420,24 +421,28 @@ class _Placement:
     mesh: the mesh.
     batch_axis: the mesh axis the batch is split along.
     rules: the parameters' and the cache's rules (hashable).
+    drafter_rules: the model's drafter's own 'tensor' rules
+      (`drafters.tensor_rules`).
   """
   mesh: jax.sharding.Mesh
   batch_axis: str
   rules: str | tuple
+  drafter_rules: tuple = ()
 
   def place(self, model: Transformer, log) -> Transformer:
     """The model with its parameters laid out by the rules; the line of
     what the rules could not split (parameters, then cache) logged."""
     lines = []
     shardings = sharding.param_shardings(nnx.state(model), self.mesh,
-                                         self.rules, lines.append)
+                                         self.rules, lines.append,
+                                         self.drafter_rules)
     # The cache's layout for an abstract batch of one row per data device.
     rows = self.mesh.shape[self.batch_axis]
     source = (jnp.zeros((rows, 1), jnp.int32)
               if model.config.is_encoder_decoder else None)
     cache = jax.eval_shape(lambda: model.init_cache(rows, 1, source))
     sharding.cache_shardings(cache, self.mesh, self.rules, self.batch_axis,
-                             lines.append)
+                             lines.append, self.drafter_rules)
     if self.rules == 'tensor':  # The same parameters, heads grouped.
       model = _group_heads(model, self.mesh.shape[sharding.TENSOR_AXIS],
                            lines.append)
@@ -451,12 +456,14 @@ class _Placement:
     paths: 'vocab', 'proposals/w_in', ...), as the parameters they are
     made of."""
     return jax.device_put(layout, sharding.param_shardings(
-        layout, self.mesh, self.rules, log=lambda _: None))
+        layout, self.mesh, self.rules, log=lambda _: None,
+        model_rules=self.drafter_rules))
 
   def constrain_cache(self, cache):
     """The cache laid out by the rules (inside the decode's program)."""
     return jax.lax.with_sharding_constraint(cache, sharding.cache_shardings(
-        cache, self.mesh, self.rules, self.batch_axis, log=lambda _: None))
+        cache, self.mesh, self.rules, self.batch_axis, log=lambda _: None,
+        model_rules=self.drafter_rules))
 
 
 def _group_heads(model: Transformer, devices: int, log) -> Transformer:
@@ -517,7 +524,7 @@ def _decode_body(model: Transformer, weights, inputs,
     cache = placement.constrain_cache(cache)
   proposals = dict(proposal_logits=functools.partial(
       model.proposal_logits, k=k, weights=weights))
-  if heads_lib.dependent(config.head_layer):  # Drafts head after head.
+  if drafters.dependent(config.head_layer):  # Drafts head after head.
     proposals = dict(draft=functools.partial(model.draft, k=k,
                                              weights=weights))
   fns = decoding.DecodingFns(

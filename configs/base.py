@@ -47,19 +47,25 @@ def get_config():
   # None, or a dict of models/rotary.py RopeScaling's fields (kind 'linear'
   # or 'llama3', factor, ...) that stretches the rotary frequencies.
   model.rope_scaling = config_dict.placeholder(dict)
-  # 'independent' heads, the paper's 'joint' layer, 'sequential' heads
-  # that read the previous head's proposed token, or an 'autoregressive'
-  # draft layer with its own cache (models/heads.py, draft_layer.py).
+  # The drafter of heads 2..k (bpd_jax/models/drafters/): the paper's
+  # 'independent' heads or 'joint' layer, 'sequential' heads that read the
+  # previous head's proposed token, an 'autoregressive' draft layer with
+  # its own cache, or a 'block' drafter (the whole draft in one pass).
   model.head_layer = 'independent'
-  model.head_hidden = 256  # Hidden width of one head's layer.
+  # Hidden width of one head's layer (the draft layer's and the block
+  # drafter's feed-forward layers).
+  model.head_hidden = 256
   model.head1_from_base = True  # Head 1 is the base model's own output.
-  # The autoregressive draft layer's view of an encoder-decoder's source:
-  # 'none', 'base' (attends through the base's top decoder layer's source
-  # keys and values) or 'own' (its own projection of the encoder output).
+  # A drafter's view of an encoder-decoder's source: 'none', 'base'
+  # (attends through the base's top decoder layer's source keys and
+  # values) or 'own' (its own projection of the encoder output; the draft
+  # layer's only).
   model.draft_source = 'none'
-  # Lower decoder layers (0-based, below the top) whose outputs the
-  # autoregressive draft layer reads beside the top one (EAGLE-3); ().
+  # Lower decoder layers (0-based, below the top) whose outputs the draft
+  # layer or the block drafter reads beside the top one (EAGLE-3,
+  # DFlash); ().
   model.draft_feature_layers = ()
+  model.block_layers = 1  # The block drafter's layers.
   # The output: a softmax over the vocabulary (0), or a discretized logistic
   # mixture of this many components over an image task's ordered values
   # (models/mixture.py), whose lowest value has id mixture_first_id.
@@ -80,6 +86,10 @@ def get_config():
   # new sample each step (losses.heads_loss): their layers and vocabulary
   # projections are most of a heads step's cost. 1: every position.
   train.head_position_fraction = 1.0
+  # The heads after head 1 weigh exp(-(i - 2) / decay) in the loss, head i
+  # (a draft is accepted up to its first miss, so its early heads count
+  # most); 0: the same.
+  train.head_loss_decay = 0.0
   # What heads 2..k learn: 'data' (the true tokens) or 'base' (the base's
   # own next-token distribution there: what verification accepts).
   train.head_targets = 'data'

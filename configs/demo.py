@@ -32,7 +32,7 @@ settings were chosen). Fields not set here keep configs/base.py's value
 """
 
 from bpd_jax.infra import config_options
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 
 base = config_options.sibling(__file__, 'base')
 
@@ -40,7 +40,7 @@ base = config_options.sibling(__file__, 'base')
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential',
                                  distilled='')
-  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', drafters.NAMES)
   quick = options['quick']
   config = base.get_config()
 
@@ -70,7 +70,8 @@ def get_config(arg=None):
   model.max_source_len = 32  # Longest source the encoder takes (eval sources too).
   model.max_target_len = 48  # Decoder positions: eval.max_len + k must fit.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
-  # Heads that read the previous head's proposed token (models/heads.py):
+  # Heads that read the previous head's proposed token
+  # (models/drafters/sequential.py):
   # longer blocks than the paper's independent heads for the same steps.
   model.head_layer = options['heads']
 
@@ -107,7 +108,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 200,
                                      lm_steps=100 if quick else 1500)
-  if heads_lib.dependent(options['heads']):
+  if drafters.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

@@ -71,7 +71,7 @@ import os
 
 from bpd_jax.infra import config_options
 from bpd_jax.models import factory
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 from bpd_jax.models import imports
 
 base = config_options.sibling(__file__, 'base')
@@ -84,7 +84,7 @@ def get_config(arg=None):
                                  heads='sequential', k=8, steps=2000,
                                  features='', targets='base', inputs='data',
                                  distilled='', dtype='')
-  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', drafters.NAMES)
   config_options.check_choice(options, 'dtype', DTYPES)
   if not options['model']:
     raise ValueError('configs/hf_heads.py needs model=DIR: a Hugging Face '
@@ -144,7 +144,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=100, lm_steps=1000)
   config.drafts.ks = tuple(k for k in (4, 8) if k <= options['k'])
-  if heads_lib.dependent(options['heads']):
+  if drafters.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

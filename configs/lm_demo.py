@@ -55,7 +55,7 @@ docs/results/code_lm.md. Fields not set here keep configs/base.py's value
 
 from bpd_jax.infra import config_options
 from bpd_jax.infra import workdir
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 
 base = config_options.sibling(__file__, 'base')
 
@@ -69,7 +69,7 @@ def get_config(arg=None):
     if options[option] and not options['init_from']:
       raise ValueError(f'config option {option} reads a trained run: give '
                        f'init_from=DIR.')
-  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', drafters.NAMES)
   quick = options['quick']
   config = base.get_config()
 
@@ -139,7 +139,7 @@ def get_config(arg=None):
   # The rescorers learn from the continuations of this many training
   # examples (~1M tokens of the ~29,000: a smaller trigram model, built fast).
   config.drafts.corpus_limit = 1_000 if quick else 10_000
-  if heads_lib.dependent(options['heads']):
+  if drafters.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

@@ -61,7 +61,7 @@ set here keep configs/base.py's value (documented there).
 
 from bpd_jax.infra import config_options
 from bpd_jax.infra import workdir
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 
 base = config_options.sibling(__file__, 'base')
 
@@ -78,7 +78,7 @@ def get_config(arg=None):
     raise ValueError('config option with_heads starts from a trained run\'s '
                      'heads: give init_from=DIR.')
   config_options.check_choice(options, 'base', BASES)
-  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', drafters.NAMES)
   config = base.get_config()
 
   task = config.task
@@ -139,7 +139,7 @@ def get_config(arg=None):
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.
   config.drafts = base.drafts_config(num_examples=50 if quick else 300,
                                      lm_steps=100 if quick else 2000)
-  if heads_lib.dependent(options['heads']):
+  if drafters.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

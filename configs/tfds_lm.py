@@ -34,7 +34,7 @@ configs/base.py's value (documented there).
 """
 
 from bpd_jax.infra import config_options
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 
 base = config_options.sibling(__file__, 'base')
 
@@ -56,7 +56,7 @@ def get_config(arg=None):
       arg, dataset='lm1b', data_dir='~/tensorflow_datasets',
       heads='independent', runlocal=False)
   config_options.check_choice(options, 'dataset', tuple(DATASETS))
-  config_options.check_choice(options, 'heads', heads_lib.HEAD_LAYERS)
+  config_options.check_choice(options, 'heads', drafters.NAMES)
   runlocal = options['runlocal']
   dataset = DATASETS[options['dataset']]
   prompt = 8 if runlocal else dataset['prompt']
@@ -113,7 +113,7 @@ def get_config(arg=None):
     config.drafts.ks = (3,)  # The block size analysed.
     config.drafts.top_ts = (1, 2)  # The oracle's t.
     config.drafts.repeats = 1  # One timed round.
-  if heads_lib.dependent(options['heads']):
+  if drafters.dependent(options['heads']):
     # Refinement's lattice is of independent heads: the analysis only.
     config.drafts.refinements = ()
   return config

@@ -69,7 +69,9 @@ def make_fns(mode, k):
     return logits_of(gold(features[..., 0], features[..., 1],
                           features[..., 2]))
 
-  def proposal_logits(features):
+  def proposal_logits(cache, features, next_tokens, start, last):
+    del next_tokens, start
+    features = ops.take_at(features, last)
     history_sum, position, eos_position = (features[..., 0], features[..., 1],
                                            features[..., 2])
     token = gold(history_sum, position, eos_position)
@@ -79,7 +81,7 @@ def make_fns(mode, k):
       position = position + 1
       token = gold(history_sum, position, eos_position)
       proposals.append(head_proposal(mode, head, token))
-    return logits_of(jnp.stack(proposals, axis=1))
+    return logits_of(jnp.stack(proposals, axis=1)), cache
 
   def extend_tree(cache, tokens, start, depths, ancestors):
     # Node i's history: the committed tokens before the root, then its path.

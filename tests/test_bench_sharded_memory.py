@@ -10,6 +10,7 @@ from bpd_jax.bench import sharded_memory
 from bpd_jax.decoding import DecodeOptions
 from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models import drafters
 from train_configs import tiny_config
 
 OPTIONS = DecodeOptions(max_len=12, k=4)
@@ -84,6 +85,7 @@ def test_held_bytes_are_those_of_the_decoders_placed_parameters(rules):
   placed = sharding.device_bytes(nnx.state(decoder.model))
   params = nnx.state(model)
   expected = sharded_memory.held_bytes(params, sharding.param_shardings(
-      params, mesh, rules, log=lambda _: None))
+      params, mesh, rules, log=lambda _: None,
+      model_rules=drafters.tensor_rules(model.config.head_layer)))
   assert placed == expected
   assert max(placed.values()) == per_device(model, (2, 4), rules)['params']

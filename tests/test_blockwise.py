@@ -62,10 +62,11 @@ def second_best_fns(k):
   """Heads that rank the right token second (their argmax is always wrong)."""
   fns = fake_model.make_fns('oracle', k)
 
-  def proposal_logits(features):
-    right = jnp.argmax(fns.proposal_logits(features), axis=-1)
+  def proposal_logits(*args):
+    logits, cache = fns.proposal_logits(*args)
+    right = jnp.argmax(logits, axis=-1)
     return (jax.nn.one_hot(right, fake_model.VOCAB) + 2.0 * jax.nn.one_hot(
-        fake_model.runner_up(right), fake_model.VOCAB))
+        fake_model.runner_up(right), fake_model.VOCAB)), cache
   return fns._replace(proposal_logits=proposal_logits)
 
 

@@ -167,8 +167,8 @@ def test_numpy_numbers_are_numbers():
 @pytest.mark.parametrize('fields,message', [
     (dict(train=dict(random_head=True)), 'with train.random_head=True: each '
      'cuts'),
-    (dict(model=dict(head_layer='autoregressive')), 'draft layer attends over '
-     'every position'),
+    (dict(model=dict(head_layer='autoregressive')), "the 'autoregressive' "
+     'drafter attends over every position'),
 ])
 def test_sampled_head_positions_refuse_what_they_cannot_serve(fields,
                                                               message):
@@ -181,6 +181,18 @@ def test_sampled_head_positions_refuse_what_they_cannot_serve(fields,
     config_checks.check(config)
   config.train.head_position_fraction = 1.0
   config_checks.check(config)  # Every position: no sample, no conflict.
+
+
+def test_a_block_drafter_samples_its_anchors_and_decays_its_heads():
+  config = demo_config()
+  config.model.head_layer = 'block'
+  config.train.head_position_fraction = 0.25  # A block at a quarter of them.
+  config.train.head_loss_decay = 4.0
+  config_checks.check(config)
+  for value in (-1.0, float('nan')):
+    config.train.head_loss_decay = value
+    with pytest.raises(ValueError, match='train.head_loss_decay'):
+      config_checks.check(config)
 
 
 def test_missing_section():

@@ -10,7 +10,7 @@ from bpd_jax import predictions
 from bpd_jax.drafts import analysis
 from bpd_jax.models import Transformer, TransformerConfig
 
-import test_generate
+import repeating_drafters
 
 VOCAB = 7
 
@@ -24,7 +24,7 @@ def random_model(head_layer='independent'):
   model = Transformer(config, rngs=nnx.Rngs(1))
   # Often right: the heads towards head 1's token (the draft layer towards
   # passing the base's feature through).
-  test_generate.scale_heads(model, 0.3)
+  repeating_drafters.scale_heads(model, 0.3)
   return model
 
 

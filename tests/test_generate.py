@@ -26,17 +26,20 @@ from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
 
 import llama_like
+import repeating_drafters
 
 NEAR_TIE = 1e-9  # float64 logits of ~1: differences of ~1e-15 are rounding.
 VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
 HEAD_LAYERS = ('independent', 'joint', 'sequential',
-               'autoregressive')  # Every head type.
-# Every drafter: the head types, and the draft layer reading the source
-# (through the base's keys and values or its own) or a lower layer too.
+               'autoregressive', 'block')  # Every head type.
+# Every drafter: the head types, and the draft layer and the block
+# drafter reading the source (through the base's keys and values, or the
+# draft layer's own) or a lower layer too.
 DRAFTERS = HEAD_LAYERS + ('autoregressive:source=base',
                           'autoregressive:source=own',
-                          'autoregressive:features=0')
+                          'autoregressive:features=0',
+                          'block:source=base', 'block:features=0')
 
 # Drafting vocabularies (`generate.Decoder(draft_vocab=...)`): the whole
 # vocabulary, or any non-empty subset of its ids.
@@ -81,38 +84,8 @@ def random_model(seed, encoder_layers=2, head_layer='independent',
       x.dtype, jnp.floating) else x, state)
   model = nnx.merge(graphdef, state)
   if head_scale != 1.0:
-    scale_heads(model, head_scale)
+    repeating_drafters.scale_heads(model, head_scale)
   return model
-
-
-def scale_heads(model, head_scale):
-  """Moves the heads towards proposing head 1's token again (0: always).
-
-  The paper's and sequential heads: their output weights scaled. The draft
-  layer: its attention and feed-forward outputs scaled and its input layer
-  moved towards passing the base's feature through, so that at 0 it
-  estimates the base's next feature by the current one.
-  """
-  if model.config.head_layer != 'autoregressive':
-    model.heads.w_out[...] = model.heads.w_out[...] * head_scale
-    return
-  draft = model.heads.draft
-  d_model = model.config.d_model
-  kernel = draft.fuse.kernel[...]
-  passing = jnp.concatenate([jnp.eye(d_model), jnp.zeros((d_model, d_model))
-                             ]).astype(kernel.dtype)
-  draft.fuse.kernel[...] = head_scale * kernel + (1 - head_scale) * passing
-  draft.attention.out.kernel[...] = draft.attention.out.kernel[...] * head_scale
-  draft.down.kernel[...] = draft.down.kernel[...] * head_scale
-  if draft.source != 'none':
-    out = draft.source_attention.out.kernel
-    out[...] = out[...] * head_scale
-  if draft.extra_features:  # The first step's input: the top feature.
-    kernel = draft.reduce.kernel[...]
-    top = jnp.concatenate([jnp.eye(d_model), jnp.zeros(
-        (kernel.shape[0] - d_model, d_model))]).astype(kernel.dtype)
-    draft.reduce.kernel[...] = head_scale * kernel + (1 - head_scale) * top
-    draft.reduce.bias[...] = draft.reduce.bias[...] * head_scale
 
 
 def random_inputs(seed, batch, length=6):

@@ -29,6 +29,8 @@ from bpd_jax.infra import ops
 from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig, imports
 
+import repeating_drafters
+
 MESHES = ((1, 8), (2, 4), (8, 1))
 MAX_LEN = 12
 # Every kind of decode: argmax (greedy, exact blockwise, a token tree)
@@ -184,26 +186,9 @@ def test_tensor_sharded_decodes_give_the_one_device_tokens(name, shape,
   decode_and_compare(name, shape, kind)
 
 
-def repeating_heads(model):
-  """The model with heads that propose head 1's token again, which random
-  models, prone to repeating themselves, often accept: the heads' output
-  weights zero, or the draft layer passing the base's feature through."""
-  if model.config.head_layer != 'autoregressive':
-    model.heads.w_out[...] = jnp.zeros_like(model.heads.w_out[...])
-    return model
-  draft, width = model.heads.draft, model.config.d_model
-  draft.fuse.kernel[...] = jnp.eye(2 * width, width,
-                                   dtype=draft.fuse.kernel[...].dtype)
-  outputs = [draft.attention.out, draft.down]
-  if draft.source != 'none':
-    outputs.append(draft.source_attention.out)
-  for layer in outputs:
-    layer.kernel[...] = jnp.zeros_like(layer.kernel[...])
-  return model
-
-
 @pytest.mark.parametrize('fields', [
     dict(head_layer='autoregressive', draft_source='own'),
+    dict(head_layer='block', draft_source='base'),
     pytest.param(dict(head_layer='autoregressive', draft_source='base'),
                  marks=pytest.mark.slow),
     pytest.param(dict(head_layer='sequential'), marks=pytest.mark.slow),
@@ -215,7 +200,8 @@ def test_every_head_layer_decodes_exactly_on_split_parameters(fields):
   layer: exact blockwise decoding gives the one-device greedy output."""
   mesh = sharding.make_mesh((2, 4), ('data', 'model'))
   with jax.enable_x64(True):
-    model = repeating_heads(paper_model(2, **fields))
+    model = paper_model(2, **fields)
+    repeating_drafters.scale_heads(model, 0.0)
     inputs = inputs_for(model)
     greedy = generate.Decoder(model).decode(inputs, DECODES['greedy'])
     decoder = generate.Decoder(model, mesh=mesh, param_rules='tensor',

@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models import drafters
 
 
 def test_make_mesh_fills_minus_one_and_takes_subsets():
@@ -67,13 +68,17 @@ def test_global_batch_is_sharded_over_the_data_axis():
 
 def model_params(**fields):
   """The parameters (nnx.State) of a small Transformer whose dimensions
-  split over 8 devices."""
+  split over 8 devices (its drafter's rules: `drafter_rules`)."""
   config = TransformerConfig(**{
       **dict(vocab_size=64, d_model=32, d_ff=64, num_heads=8,
              num_encoder_layers=0, num_decoder_layers=2, tie_output=False,
              num_proposal_heads=4, head_hidden=32, dtype='float32',
              param_dtype='float32'), **fields})
   return nnx.split(Transformer(config, rngs=nnx.Rngs(0)))[1]
+
+
+def drafter_rules(**fields):
+  return drafters.tensor_rules(fields.get('head_layer', 'independent'))
 
 
 def specs(shardings) -> dict:
@@ -88,7 +93,8 @@ def test_tensor_rules_split_the_transformer_megatron_style():
   mesh = sharding.make_mesh((2, 4), ('data', 'model'))
   lines = []
   found = specs(sharding.param_shardings(
-      model_params(num_encoder_layers=1), mesh, 'tensor', lines.append))
+      model_params(num_encoder_layers=1), mesh, 'tensor', lines.append,
+      drafter_rules()))
   assert lines == []  # Everything that a rule names splits.
   layer = 'decoder_layers/0/'
   assert found == {**found, **{
@@ -115,8 +121,10 @@ def test_tensor_rules_split_the_transformer_megatron_style():
 
 
 @pytest.mark.parametrize('fields,expected', [
-    (dict(head_layer='joint'),  # w_in [d, 3 * hidden], w_out [3 * hidden, 3, d]
-     {'heads/w_in': P(None, 'model'), 'heads/w_out': P()}),
+    # w_in [d, 3 * hidden], w_out [3 * hidden, 3, d]: by hidden unit (its
+    # k - 1 axis never divides 2, 4 or 8 devices for an even k).
+    (dict(head_layer='joint'),
+     {'heads/w_in': P(None, 'model'), 'heads/w_out': P('model')}),
     (dict(head_layer='sequential'),  # w_in [3, 2 * d, hidden]
      {'heads/w_in': P(None, None, 'model'), 'heads/w_out': P(None, 'model')}),
     (dict(head_layer='autoregressive', num_encoder_layers=1,
@@ -127,6 +135,16 @@ def test_tensor_rules_split_the_transformer_megatron_style():
       'heads/draft/up/kernel': P(None, 'model'),
       'heads/draft/down/kernel': P('model'),
       'heads/draft/fuse/kernel': P()}),
+    (dict(head_layer='block', num_encoder_layers=1, draft_source='base'),
+     {'heads/layers/0/attention/query/kernel': P(None, 'model'),
+      'heads/layers/0/attention/key_value/kernel': P(None, 'model'),
+      'heads/layers/0/attention/key_value/bias': P('model'),
+      'heads/layers/0/attention/out/kernel': P('model'),
+      'heads/layers/0/source_attention/query/kernel': P(None, 'model'),
+      'heads/layers/0/source_attention/out/kernel': P('model'),
+      'heads/layers/0/up/kernel': P(None, 'model'),
+      'heads/layers/0/down/kernel': P('model'),
+      'heads/fuse/kernel': P(), 'heads/mask': P()}),
     (dict(feed_forward='gated', activation='silu', norm='rms',
           positions='rotary', num_kv_heads=4, tie_output=True),
      {'decoder_layers/1/ffn/gate/kernel': P(None, 'model'),
@@ -137,12 +155,10 @@ def test_tensor_rules_for_every_head_layer_and_the_llama_pieces(fields,
   mesh = sharding.make_mesh((2, 4), ('data', 'model'))
   lines = []
   found = specs(sharding.param_shardings(model_params(**fields), mesh,
-                                         'tensor', lines.append))
+                                         'tensor', lines.append,
+                                         drafter_rules(**fields)))
   assert found == {**found, **expected}
-  # The joint layer's w_out splits by head: 3 heads over 4 devices do not.
-  assert lines == ([] if fields.get('head_layer') != 'joint' else [
-      "param_rules='tensor' replicates what does not split evenly: "
-      "heads/w_out (3 over 4)."])
+  assert lines == []
 
 
 def test_tensor_rules_replicate_what_does_not_divide_in_one_line():
@@ -240,7 +256,7 @@ def test_tensor_rules_hold_an_eighth_of_the_parameters_per_device():
   for shape, rules in (((1, 8), ()), ((1, 8), 'tensor'), ((8, 1), 'fsdp')):
     mesh = sharding.make_mesh(shape, ('data', 'model'))
     placed = jax.device_put(params, sharding.param_shardings(
-        params, mesh, rules))
+        params, mesh, rules, model_rules=drafter_rules()))
     held = sharding.device_bytes(placed)
     assert len(held) == 8 and len(set(held.values())) == 1  # Balanced.
     per_device[rules] = max(held.values())

@@ -226,7 +226,8 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.parametrize('value,message', [
     ('configs/demo.py:heads=bogus', "config option heads='bogus' is not one "
-     "of ('joint', 'independent', 'sequential', 'autoregressive')."),
+     "of ('independent', 'joint', 'sequential', 'autoregressive', "
+     "'block')."),
     ('configs/multi30k.py:k=abc', "unknown config option 'k'; options: base, "
      'data_dir,'),
     ('configs/hf_heads.py:k=abc', "config option k='abc' is not of type "
@@ -276,4 +277,4 @@ def test_override_errors_name_the_section_and_close_names():
       'section.')
   assert message('--config.model.zzz=3').startswith(
       "--config.model.zzz: section model has no field 'zzz'; its fields: "
-      'd_ff, d_model,')
+      'block_layers, d_ff, d_model,')

@@ -69,8 +69,8 @@ def test_drafter_options_reach_the_model_and_the_loss():
                                                                     'own')
   # The source and the lower layers are the draft layer's; own drafts are
   # read only by heads that read drafts.
-  for arg, message in (('heads=sequential,source=own', "draft_source='own' "
-                        'is the autoregressive'),
+  for arg, message in (('heads=sequential,source=own', "draft_source='own': "
+                        "head_layer='sequential' reads no source"),
                        ('heads=independent,inputs=own', "draft_inputs='own': "
                         "head_layer='independent' heads read no"),
                        ('heads=autoregressive,targets=teacher',

@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models.drafters import draft_layer
 from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.training import losses
 
@@ -423,7 +424,7 @@ def test_own_draft_inputs_feed_the_heads_their_own_drafts(head_layer):
       / mask.sum((0, 1))
   expected = per_head.mean()
   if head_layer == 'autoregressive':  # EAGLE's feature regression too.
-    expected += losses.draft_feature_loss(
+    expected += draft_layer.feature_loss(
         model.head_states(hidden, 1, 3, drafts), 1, hidden, target, 0)
   np.testing.assert_allclose(float(value), float(expected), rtol=1e-5)
   teacher_forced = loss(model, batch, 1, 3)[0]

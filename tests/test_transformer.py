@@ -277,12 +277,15 @@ def test_paper_sizes():
      'finite number > 0'),
     ('head_hidden', True, 'head_hidden=True must be an integer >= 1'),
     ('draft_source', 'memory', "draft_source='memory' is not one of"),
-    ('draft_source', 'base', "draft_source='base' is the autoregressive "
-     "draft layer's attention"),
+    ('draft_source', 'base', "draft_source='base': head_layer='independent' "
+     "reads no source"),
     ('draft_feature_layers', (1,), r'draft_feature_layers=\(1,\) must be '
      r'distinct ascending decoder layers below the top one, in \[0, 0\]'),
     ('draft_feature_layers', (0,), r"draft_feature_layers=\(0,\) are read "
-     "by the autoregressive draft layer; head_layer='independent'"),
+     "by the draft layer and the block drafter; head_layer='independent'"),
+    ('head_layer', 'medusa', r"head_layer='medusa' is not one of \("
+     r"'independent', 'joint', 'sequential', 'autoregressive', 'block'\)"),
+    ('block_layers', 0, 'block_layers=0 must be an integer >= 1'),
     ('norm', 'batch', r"norm='batch' is not one of \('layer', 'rms'\)"),
     ('feed_forward', 'glu', r"feed_forward='glu' is not one of "
      r"\('plain', 'gated'\)"),
@@ -311,6 +314,22 @@ def test_paper_sizes():
 def test_config_errors_name_value_and_limit(field, value, message):
   with pytest.raises(ValueError, match=message):
     TransformerConfig(**{**TINY, field: value})
+
+
+@pytest.mark.parametrize('fields,message', [
+    (dict(head_layer='block', draft_source='own'), "draft_source='own': "
+     r"head_layer='block' reads the source through one of \('none', "
+     r"'base'\)"),
+    (dict(head_layer='block', draft_source='base', num_encoder_layers=0),
+     "draft_source='base': a decoder-only model"),
+    (dict(head_layer='block', num_heads=3, head_dim=3), "the block "
+     "drafter's attention has rotary positions: head_dim=3 must be even"),
+    (dict(head_layer='sequential', head1_from_base=False),
+     "head_layer='sequential' starts from the base model's own next token"),
+])
+def test_drafter_config_errors(fields, message):
+  with pytest.raises(ValueError, match=message):
+    TransformerConfig(**{**TINY, **fields})
 
 
 def test_pad_id_minus_one_and_stop_ids_are_accepted():
@@ -416,13 +435,18 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
   np.testing.assert_allclose(model.next_token_logits(hidden, weights),
                              model.head_logits(hidden, 0, 1)[..., 0, :],
                              rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(model.proposal_logits(hidden, 3, weights),
-                             model.head_logits(hidden, 1, 2),
-                             rtol=1e-5, atol=1e-5)
+  # Heads 2..k after each example's last accepted position.
+  cache = model.init_cache(2, 8, jnp.ones((2, 3), jnp.int32))
+  last = jnp.array([1, 3])
+  call = (cache, hidden, jnp.zeros((2, 4), jnp.int32), jnp.zeros((2,),
+                                                                  jnp.int32),
+          last)
+  at_last = ops.take_at(model.head_logits(hidden, 1, 2), last)
+  np.testing.assert_allclose(model.proposal_logits(*call, 3, weights)[0],
+                             at_last, rtol=1e-5, atol=1e-5)
   # Without weights the methods lay them out themselves.
-  np.testing.assert_allclose(model.proposal_logits(hidden, 2),
-                             model.head_logits(hidden, 1, 1),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(model.proposal_logits(*call, 2)[0],
+                             at_last[:, :1], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('head_layer,tie_output,scale_embeddings,drafter', [
@@ -485,10 +509,12 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
 
   cache = check(cache, 0, 6, 2)  # Positions 3..5 stale, drafts at 3..4.
   check(cache, 3, 4, 1)  # Overwrites them; drafts after position 4.
-  with pytest.raises(ValueError, match='need the embeddings'):
-    model.heads(outputs.hidden, 1, 3)
-  with pytest.raises(ValueError, match='use sequential_step'):
-    model.proposal_logits(features[:, 0], 3)
+  with pytest.raises(ValueError, match='pass next_tokens'):
+    model.head_states(outputs, 1, 3)
+  with pytest.raises(TypeError, match='call draft_tokens'):
+    model.proposal_logits(cache, features[:, :4], inputs[:, 1:5],
+                          jnp.zeros((3,), jnp.int32),
+                          jnp.zeros((3,), jnp.int32), 3)
 
 
 @pytest.mark.parametrize('encoder_layers, fields', [

@@ -17,7 +17,7 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import tasks
 from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 from bpd_jax.tasks import batching
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -194,7 +194,7 @@ def parse(config) -> Plan:
                          '--calibration_examples > 0.')
   for spec in plan.settings():  # Samplers and criteria checked together.
     spec.options(config.eval.max_len).check(
-        heads, 2**31, heads_lib.dependent(config.model.head_layer))
+        heads, 2**31, drafters.dependent(config.model.head_layer))
   return plan
 
 

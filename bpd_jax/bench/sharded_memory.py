@@ -22,6 +22,7 @@ from flax import nnx
 
 from bpd_jax import decoding
 from bpd_jax.infra import sharding
+from bpd_jax.models import drafters
 from bpd_jax.training import phases as phases_lib
 from bpd_jax.training import step as step_lib
 
@@ -68,7 +69,9 @@ def per_device(model, train_config, mesh, rules, *, batch_axis: str,
   """
   quiet = lambda _: None  # The Decoder says what the rules replicate.
   params = nnx.state(model)
-  param_shardings = sharding.param_shardings(params, mesh, rules, quiet)
+  drafter_rules = drafters.tensor_rules(model.config.head_layer)
+  param_shardings = sharding.param_shardings(params, mesh, rules, quiet,
+                                             drafter_rules)
   phase = train_phase(train_config, model)
   states = step_lib.TrainStates([phase], train_config, params,
                                 param_shardings, mesh)
@@ -79,7 +82,7 @@ def per_device(model, train_config, mesh, rules, *, batch_axis: str,
       optimizer=held_bytes(abstract['opt_state'],
                            state_shardings['opt_state']),
       cache=held_bytes(cache, sharding.cache_shardings(
-          cache, mesh, rules, batch_axis, quiet)))
+          cache, mesh, rules, batch_axis, quiet, drafter_rules)))
   return {name: max(held.values(), default=0)
           for name, held in parts.items()}
 

@@ -27,7 +27,7 @@ import numpy as np
 from bpd_jax import timing
 from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.infra import ops
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 
 @functools.partial(jax.jit, static_argnames=('k', 'positions'))
 def _chained_calls(model, source, k: int, positions: int, calls,
@@ -51,17 +51,18 @@ def _chained_calls(model, source, k: int, positions: int, calls,
     scored = ops.argmax(model.next_token_logits(features, weights))
     if k == 1:
       return scored, cache
-    if heads_lib.dependent(model.config.head_layer):
-      # The draft's head-after-head work (a draft layer's cache writes
-      # too) is part of a call's cost; drafted after the block's first
-      # position, as after a rejection.
-      first = jnp.zeros((batch,), jnp.int32)
+    # The draft's work (a drafter's cache writes too) is part of a call's
+    # cost; drafted after the block's first position, as after a
+    # rejection.
+    first = jnp.zeros((batch,), jnp.int32)
+    if drafters.dependent(model.config.head_layer):
       proposals, _, cache = model.draft(
           cache, features, scored, start, first,
           lambda index, logits: ops.argmax(logits), k, weights)
     else:
-      proposals = prompt_lib.argmax(
-          model.proposal_logits(features[:, -1], k, weights))
+      logits, cache = model.proposal_logits(cache, features, scored, start,
+                                            first, k, weights)
+      proposals = prompt_lib.argmax(logits)
     return jnp.concatenate([scored[:, :1], proposals], axis=1), cache
 
   block = jnp.full((batch, k), model.config.bos_id, jnp.int32)

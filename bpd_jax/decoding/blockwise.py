@@ -240,14 +240,14 @@ def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
   """The refinement's drafts (`refine.propose`): [batch, k] for one, else
   their tree (`tree.from_drafts`); the cache. Arguments as
   `_plain_draft`'s."""
-  del start
   if fns.draft is not None:
     raise ValueError('draft refinement reads a lattice of independent '
                      "heads' top-t; these heads read each other's proposals "
                      '(DecodingFns.draft).')
+  logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
+                                      last)
   drafts = refine_lib.propose(
-      refinement, rescore, ops.take_at(next_tokens, last),
-      fns.proposal_logits(ops.take_at(features, last)),
+      refinement, rescore, ops.take_at(next_tokens, last), logits,
       _history(refinement, tokens, lengths))
   if refinement.drafts == 1:
     return drafts[:, 0], cache
@@ -260,7 +260,7 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
   """The static tree's nodes after the last accepted token (arguments as
   `_plain_draft`'s).
 
-  Independent heads: each node's token is its rank in its head's top t.
+  One-pass drafters: each node's token is its rank in its head's top t.
   Heads that read each other's proposals: one draft per leaf, each head
   choosing the leaf's rank at its depth (argmax below it), the nodes the
   leaves share drafted once per leaf, alike.
@@ -269,7 +269,8 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
   token = ops.take_at(next_tokens, last)
   head = np.array([len(path) - 1 for path in tree.paths])  # Proposal index.
   if fns.draft is None:
-    logits = fns.proposal_logits(ops.take_at(features, last))
+    logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
+                                        last)
     _, top = jax.lax.top_k(logits, tree.top_t)  # [batch, k - 1, t]
     rank = np.array([path[-1] for path in tree.paths])
     nodes = top[:, head, rank]  # [batch, size - 1]

@@ -112,7 +112,8 @@ def draft(fns: DecodingFns, cache: Cache, features: jax.Array,
   Args:
     fns: the model's decoding functions: `draft` where the heads read each
       other's proposals, else `proposal_logits`.
-    cache: the model's cache (a draft layer keeps its entries there).
+    cache: the model's cache (a drafter may keep entries of its own
+      there).
     features: [batch, n, ...] the outputs of the positions the last call
       scored, from absolute position `start` [batch].
     next_tokens: [batch, n] the token after each (`prompt_next_tokens`,
@@ -120,9 +121,9 @@ def draft(fns: DecodingFns, cache: Cache, features: jax.Array,
     last: [batch] index of the last accepted position: the draft follows
       head 1's token after it (next_tokens at `last`).
     choose: (index, logits [batch, m, vocab]) -> [batch, m] tokens of draft
-      positions index .. index + m - 1 (argmax, or a draw). Independent
-      heads choose all k - 1 at once (index 0); dependent heads one at a
-      time.
+      positions index .. index + m - 1 (argmax, or a draw). One-pass
+      drafters choose all k - 1 at once (index 0); dependent heads one at
+      a time.
 
   Returns:
     (proposals [batch, k - 1], logits [batch, k - 1, vocab], cache).
@@ -131,5 +132,6 @@ def draft(fns: DecodingFns, cache: Cache, features: jax.Array,
     return fns.draft(
         cache, features, next_tokens, start, last,
         lambda index, logits: choose(index, logits[:, None])[:, 0])
-  logits = fns.proposal_logits(ops.take_at(features, last))
+  logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
+                                      last)
   return choose(0, logits), logits, cache

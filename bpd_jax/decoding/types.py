@@ -21,26 +21,29 @@ class DecodingFns(NamedTuple):
       let a query at position p attend to positions <= p only.
     next_token_logits: features [..., ...] -> [..., vocab]. The scoring model
       (head 1): the distribution of the token after each position.
-    proposal_logits: features [batch, ...] -> [batch, k - 1, vocab]. Heads
-      2..k: the tokens 2..k positions after the given one, each head on its
-      own (the heads do not read each other's proposals). Unused at k = 1
-      (greedy decoding).
-    draft: for heads that read earlier heads' proposals, instead of
-      `proposal_logits`: (cache, features [batch, n, ...], next_tokens
-      [batch, n], start [batch], last [batch], choose) -> (proposals
-      [batch, k - 1], logits [batch, k - 1, vocab], cache). features are
-      the outputs of the n positions the last call scored (the prompt, or
-      a block), from absolute position start; next_tokens[:, j] the token
+    proposal_logits: (cache, features [batch, n, ...], next_tokens
+      [batch, n], start [batch], last [batch]) -> (logits [batch, k - 1,
+      vocab], cache). Heads 2..k after the last accepted position, all in
+      one pass (no head reads another's proposal). features are the
+      outputs of the n positions the last call scored (the prompt, or a
+      block), from absolute position start; next_tokens[:, j] the token
       after position j (accepted tokens, then head 1's token after the
       last accepted position, index `last`; later entries are stale). The
-      model makes the draft after position `last` head after head, calling
-      choose(index, logits [batch, vocab]) -> [batch] for the token of
-      draft position `index` (0-based: head index + 2) before the next
-      head reads it; it may keep state of its own in the cache (a draft
-      layer's keys and values), under the same rule as `extend`: entries
-      past the accepted length are stale and must stay unread. The logits
-      are what each proposal was chosen from. None: heads 2..k are
-      independent (`proposal_logits`).
+      model may keep state of its own in the cache (a block drafter's
+      context entries), under the same rule as `extend`: entries past the
+      accepted length are stale and must stay unread. Unused at k = 1
+      (greedy decoding).
+    draft: for heads that read earlier heads' proposals, instead of
+      `proposal_logits`: (cache, features, next_tokens, start, last,
+      choose) -> (proposals [batch, k - 1], logits [batch, k - 1, vocab],
+      cache), the arguments as `proposal_logits`'. The model makes the
+      draft after position `last` head after head, calling choose(index,
+      logits [batch, vocab]) -> [batch] for the token of draft position
+      `index` (0-based: head index + 2) before the next head reads it; it
+      may keep state of its own in the cache (a draft layer's keys and
+      values) under the same rule. The logits are what each proposal was
+      chosen from. None: the heads draft in one pass
+      (`proposal_logits`).
     extend_tree: (cache, tokens [batch, N], start [batch], depths
       [batch, N], ancestors [batch, N, N]) -> (features [batch, N, ...],
       cache). Scores a token tree (`tree.py`): node 0 is the last accepted
@@ -57,7 +60,7 @@ class DecodingFns(NamedTuple):
   """
   extend: Callable[[Cache, jax.Array, jax.Array], tuple[Any, Cache]]
   next_token_logits: Callable[[Any], jax.Array]
-  proposal_logits: Callable[[Any], jax.Array] | None = None
+  proposal_logits: Callable[..., tuple[jax.Array, Cache]] | None = None
   draft: Callable[..., tuple[jax.Array, jax.Array, Cache]] | None = None
   extend_tree: Callable[..., tuple[Any, Cache]] | None = None
   commit: Callable[[Cache, jax.Array, jax.Array], Cache] | None = None

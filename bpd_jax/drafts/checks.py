@@ -7,7 +7,7 @@ line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
 
 from bpd_jax import decoding
 from bpd_jax.infra import numeric
-from bpd_jax.models import heads as heads_lib
+from bpd_jax.models import drafters
 from bpd_jax.tasks.checks import at_least
 
 
@@ -36,7 +36,7 @@ def check(config, heads: int | None = None, vocab_size: int | None = None):
                      "sentences.")
   refinements = [decoding.Refinement.from_spec(spec, d.lm_window)
                  for spec in d.refinements]
-  dependent = heads_lib.dependent(config.model.head_layer)
+  dependent = drafters.dependent(config.model.head_layer)
   for refinement in refinements:
     for k in ks:
       try:

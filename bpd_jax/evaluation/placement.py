@@ -4,6 +4,7 @@ import jax
 from flax import nnx
 
 from bpd_jax.infra import sharding
+from bpd_jax.models import drafters
 
 
 def placement(model, config, mesh, log=print):
@@ -29,7 +30,8 @@ def placement(model, config, mesh, log=print):
     # accuracy) run on the mesh too; the Decoder keeps this layout.
     graphdef, state = nnx.split(model)
     state = jax.device_put(state, sharding.param_shardings(
-        state, mesh, rules, log=lambda _: None))
+        state, mesh, rules, log=lambda _: None,
+        model_rules=drafters.tensor_rules(model.config.head_layer)))
     return nnx.merge(graphdef, state), mesh, rules
   sharding.check_eval_batch(config.eval.batch_size, data_devices, rules)
   log(f'eval.batch_size={config.eval.batch_size} does not split over the '

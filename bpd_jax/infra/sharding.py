@@ -41,14 +41,15 @@ RULE_SETS = tuple(RULE_SET_AXES)
 
 # Megatron-style tensor parallelism for every model of the project (its
 # Transformer, encoder-decoder or decoder-only, the imported GPT-2 and
-# Llama family, the heads and the draft layer), by the Transformer's
-# parameter paths (models/transformer.py, layers.py, attention.py,
-# feed_forward.py, heads.py, draft_layer.py): a projection into a wider
-# space is split on its output, the one back on its input, so that each
-# device computes its own attention heads and hidden units and one
-# all-reduce a sublayer joins them. What no rule names is replicated:
+# Llama family), by the Transformer's parameter paths
+# (models/transformer.py, layers.py, attention.py, feed_forward.py): a
+# projection into a wider space is split on its output, the one back on
+# its input, so that each device computes its own attention heads and
+# hidden units and one all-reduce a sublayer joins them. Each drafter
+# declares its own rules (models/drafters: `Drafter.tensor_rules`), which
+# a caller passes as `model_rules`. What no rule names is replicated:
 # norms, the biases added after an all-reduce (attention out, ffn down,
-# heads' b_out), learned position tables, the draft layer's input fusion.
+# heads' b_out), learned position tables, a drafter's input fusion.
 TENSOR_RULES = (
     # The vocabulary: embedding tables by token (a tied output projection
     # is the table transposed, so the logits come split over the
@@ -56,7 +57,7 @@ TENSOR_RULES = (
     # column.
     (r'(target|source|skip)_embed/embedding', (TENSOR_AXIS, None)),
     (r'output/kernel', (None, TENSOR_AXIS)),
-    # Attention (self, cross, the draft layer's): query/key/value
+    # Attention (self, cross): query/key/value
     # projections by output column, kernels and biases; the output
     # projection by its input row. A self-attention's fused [queries |
     # keys | values] columns split by head once a Decoder has grouped
@@ -65,29 +66,20 @@ TENSOR_RULES = (
     # columns between devices.
     (r'.*attention/(qkv|query|key_value)/(kernel|bias)', (..., TENSOR_AXIS)),
     (r'.*attention/out/kernel', (TENSOR_AXIS, None)),
-    # Feed-forward layers (the draft layer's too): up and gate by hidden
-    # unit, down by its input row.
-    (r'.*(ffn|draft)/(up|gate)/(kernel|bias)', (..., TENSOR_AXIS)),
-    (r'.*(ffn|draft)/down/kernel', (TENSOR_AXIS, None)),
-    # Proposal heads: the hidden units of their feed-forward layers, in
-    # (the last dimension) and out (the second to last: [heads, hidden,
-    # d_model]; the joint layer's w_out [heads * hidden, heads, d_model]
-    # splits by head there).
-    (r'heads/(w_in|b_in)', (..., TENSOR_AXIS)),
-    (r'heads/w_out', (..., TENSOR_AXIS, None)),
+    # Feed-forward layers: up and gate by hidden unit, down by its input
+    # row.
+    (r'.*ffn/(up|gate)/(kernel|bias)', (..., TENSOR_AXIS)),
+    (r'.*ffn/down/kernel', (TENSOR_AXIS, None)),
     # The output weights a Decoder lays out once (the model's
     # DecodingWeights): the vocabulary projection [d_model, vocab] and
-    # the embedding sequential heads read, by token; the heads' weights
-    # as the parameters they are cut from (sequential heads: one array a
-    # head, 'proposals/w_in/0', ...).
+    # the embedding drafters read tokens with, by token (the drafter's
+    # own weights by its rules).
     (r'vocab', (None, TENSOR_AXIS)),
     (r'embed', (TENSOR_AXIS, None)),
-    (r'(scoring|proposals)/(w_in|b_in)(/\d+)?', (..., TENSOR_AXIS)),
-    (r'(scoring|proposals)/w_out(/\d+)?', (..., TENSOR_AXIS, None)),
     # The decoding cache, [batch, positions, kv_heads, head_dim]: by
     # key/value head.
-    (r'(self_attention/\d+|memory/\d+|draft/attention|draft/source)/'
-     r'(key|value)', (None, None, TENSOR_AXIS, None)),
+    (r'(self_attention|memory)/\d+/(key|value)',
+     (None, None, TENSOR_AXIS, None)),
 )
 
 
@@ -119,7 +111,7 @@ def make_mesh(shape: Sequence[int], axis_names: Sequence[str]):
                        devices=jax.devices()[:needed])
 
 
-def param_shardings(params, mesh, rules, log=print):
+def param_shardings(params, mesh, rules, log=print, model_rules=()):
   """A NamedSharding for every parameter, as `rules` place it.
 
   Args:
@@ -128,6 +120,8 @@ def param_shardings(params, mesh, rules, log=print):
     rules: 'tensor', 'fsdp', or (regex, spec) pairs (() or None:
       replicated); see the module docstring.
     log: where the one line of what a shipped rule set replicates goes.
+    model_rules: (regex, spec) pairs 'tensor' matches before its own: the
+      model's drafter's (`drafters.tensor_rules`); unused by other rules.
 
   Raises:
     ValueError: an unknown rule set; a rule names an axis the mesh lacks,
@@ -138,19 +132,20 @@ def param_shardings(params, mesh, rules, log=print):
     _check_axis(mesh, RULE_SET_AXES[rules], rules)
   if rules == 'fsdp':
     return _fsdp(params, mesh, log)
-  return _by_rules(params, mesh, rules, None, log)
+  return _by_rules(params, mesh, rules, None, log, model_rules)
 
 
-def cache_shardings(cache, mesh, rules, batch_axis: str, log=print):
+def cache_shardings(cache, mesh, rules, batch_axis: str, log=print,
+                    model_rules=()):
   """A NamedSharding for every array of a decoding cache (batch first).
 
   Each is split as the first rule matching its path says ('tensor': keys
-  and values by key/value head), with its batch dimension on
-  `batch_axis`; 'fsdp' places the batch only.
+  and values by key/value head, `model_rules` first), with its batch
+  dimension on `batch_axis`; 'fsdp' places the batch only.
   """
   if rules == 'fsdp':
     rules = ()
-  return _by_rules(cache, mesh, rules, batch_axis, log)
+  return _by_rules(cache, mesh, rules, batch_axis, log, model_rules)
 
 
 def _check_axis(mesh, axis: str, rules: str):
@@ -159,8 +154,9 @@ def _check_axis(mesh, axis: str, rules: str):
                      f"axis; the mesh has {tuple(mesh.shape)}.")
 
 
-def _by_rules(tree, mesh, rules, batch_axis, log):
-  """Shardings of a tree's arrays by (regex, spec) pairs or 'tensor'.
+def _by_rules(tree, mesh, rules, batch_axis, log, model_rules=()):
+  """Shardings of a tree's arrays by (regex, spec) pairs or 'tensor'
+  (`model_rules`, then TENSOR_RULES).
 
   A shipped rule set replicates a dimension that does not split, and logs
   which; a rule of the caller's own raises instead. With `batch_axis`,
@@ -170,7 +166,8 @@ def _by_rules(tree, mesh, rules, batch_axis, log):
     raise ValueError(f'param_rules={rules!r} is not one of {RULE_SETS} nor '
                      f'a sequence of (regex, spec) pairs.')
   shipped = rules == 'tensor'
-  pairs = TENSOR_RULES if shipped else tuple(rules or ())
+  pairs = (tuple(model_rules) + TENSOR_RULES if shipped
+           else tuple(rules or ()))
   compiled = [(re.compile(pattern), tuple(spec)) for pattern, spec in pairs]
   replicated = collections.OrderedDict()  # Name pattern -> dimensions.
 

@@ -86,6 +86,8 @@ ADDED_FIELDS = {
     'train.draft_inputs': 'data',  # Teacher forcing.
     'model.draft_source': 'none',  # The draft layer read no source.
     'model.draft_feature_layers': (),  # The draft layer read the top only.
+    'model.block_layers': 1,  # No block drafter: its default.
+    'train.head_loss_decay': 0.0,  # The heads weighed the same.
     'train.read_unverified': False,  # Unverifiable steps were refused.
     # The base was the paper's Transformer (configs/base.py's model section).
     'model.norm': 'layer', 'model.feed_forward': 'plain',

@@ -500,3 +500,85 @@ class CrossAttention(_Projections):
         q, memory.key.astype(q.dtype), memory.value.astype(q.dtype),
         mask=padding_mask(memory_valid))
     return self.out(self._merge_heads(y))
+
+
+class BlockAttention(_Projections):
+  """Attention of a block of positions to context entries and, both ways,
+  to each other: a block drafter's (models/drafters/block.py).
+
+  The context entries are keys and values projected from other inputs
+  (the base's fused features at accepted positions) by the same
+  projection as the block's own (`entries`), kept in a cache and rotated
+  at their absolute positions; the block's queries see the context
+  entries `visible` to them and every valid position of their own block,
+  before or after them. `query` [d_model, heads * head_dim], `key_value`
+  [d_model, 2 * heads * head_dim] (keys, then values), `out`
+  [heads * head_dim, d_model].
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *,
+               head_dim: int | None = None,
+               rotary: rotary_lib.Rotary | None = None, dtype, param_dtype,
+               rngs: nnx.Rngs):
+    super().__init__(d_model, num_heads, None, head_dim)
+    linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.query = nnx.Linear(d_model, num_heads * self.head_dim, **linear)
+    self.key_value = nnx.Linear(d_model, 2 * num_heads * self.head_dim,
+                                **linear)
+    self.out = nnx.Linear(num_heads * self.head_dim, d_model, **linear)
+    self.rotary = rotary
+
+  def entries(self, x: jax.Array, positions: jax.Array) -> KVCache:
+    """Keys and values of inputs x [b, n, d_model] at absolute positions
+    [b, n]: [b, n, heads, head_dim] each, the keys rotated."""
+    k, v = self._split_heads(self.key_value(x), self.num_heads,
+                             self.num_heads)
+    if self.rotary is not None:
+      k = self.rotary(k, positions)
+    return KVCache(k, v)
+
+  def __call__(self, x: jax.Array, positions: jax.Array, context: KVCache,
+               visible: jax.Array,
+               block_valid: jax.Array | None = None) -> jax.Array:
+    """Attends from every position of `a` blocks to the context and to
+    its own block.
+
+    Args:
+      x: [b, a, n, d_model] the inputs of a blocks of n positions.
+      positions: [b, a, n] their absolute positions.
+      context: [b, S, heads, head_dim] context entries (`entries`).
+      visible: [b, a, S] bool, the entries block a sees.
+      block_valid: [b, a, n] bool, the positions of each block that exist
+        (the others are neither attended to nor read); None: all.
+
+    Returns:
+      [b, a, n, d_model].
+    """
+    batch, blocks, n = x.shape[:3]
+    flat = lambda t: t.reshape(batch, blocks * n, *t.shape[3:])
+    (q,) = self._split_heads(self.query(flat(x)), self.num_heads)
+    own = self.entries(flat(x), flat(positions))
+    if self.rotary is not None:
+      q = self.rotary(q, flat(positions))
+    block = lambda t: t.reshape(batch, blocks, n, *t.shape[2:])
+    q, own_k, own_v = block(q), block(own.key), block(own.value)
+    # Scores and softmax in at least float32, as
+    # jax.nn.dot_product_attention computes them.
+    wide = jnp.promote_types(q.dtype, jnp.float32)
+    scale = 1.0 / jnp.sqrt(jnp.asarray(self.head_dim, wide))
+    to_context = jnp.einsum('banhd,bshd->bahns', q,
+                            context.key.astype(q.dtype),
+                            preferred_element_type=wide) * scale
+    to_context = jnp.where(visible[:, :, None, None, :], to_context, -jnp.inf)
+    to_block = jnp.einsum('banhd,bamhd->bahnm', q, own_k,
+                          preferred_element_type=wide) * scale
+    if block_valid is not None:
+      to_block = jnp.where(block_valid[:, :, None, None, :], to_block,
+                           -jnp.inf)
+    weights = jax.nn.softmax(jnp.concatenate([to_context, to_block], -1),
+                             axis=-1).astype(q.dtype)
+    length = context.key.shape[1]
+    y = (jnp.einsum('bahns,bshd->banhd', weights[..., :length],
+                    context.value.astype(q.dtype))
+         + jnp.einsum('bahnm,bamhd->banhd', weights[..., length:], own_v))
+    return self.out(self._merge_heads(y))

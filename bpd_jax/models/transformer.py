@@ -39,9 +39,8 @@ from flax import nnx
 
 from bpd_jax.infra import ops
 from bpd_jax.models import attention
-from bpd_jax.models import draft_layer as draft_layer_lib
+from bpd_jax.models import drafters
 from bpd_jax.models import dropout as dropout_lib
-from bpd_jax.models import heads as heads_lib
 from bpd_jax.models import layers
 from bpd_jax.models import mixture as mixture_lib
 from bpd_jax.models import positions as positions_lib
@@ -64,14 +63,15 @@ class DecodeCache:
     skip_source: [batch, source_length] the source tokens the image input
       skip or window reads at every step (config.image.reads_source); None
       otherwise.
-    draft: the autoregressive draft layer's cache (same positions); None
-      for the other head layers.
+    draft: the drafter's own cache (its `init_cache`: a draft layer's or a
+      block drafter's entries, at the same positions); None for drafters
+      that keep none.
   """
   self_attention: tuple[attention.KVCache, ...]
   memory: tuple[attention.KVCache, ...]
   memory_valid: jax.Array | None
   skip_source: jax.Array | None = None
-  draft: draft_layer_lib.DraftCache | None = None
+  draft: object = None
 
 
 @jax.tree_util.register_dataclass
@@ -81,15 +81,15 @@ class DecoderOutputs:
 
   Attributes:
     hidden: [batch, T, d_model] the decoder's top outputs.
-    features: [batch, T, (1 + m) * d_model] what the draft layer reads at
-      each position: the top output, then the m `draft_feature_layers`'
+    features: [batch, T, (1 + m) * d_model] what a drafter reads at each
+      position: the top output, then the m `draft_feature_layers`'
       outputs (hidden itself when there are none).
-    source: the draft layer's view of the source (draft_source other than
+    source: the drafter's view of the source (draft_source other than
       'none'); None otherwise.
   """
   hidden: jax.Array
   features: jax.Array
-  source: draft_layer_lib.DraftSource | None = None
+  source: drafters.DraftSource | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -104,10 +104,12 @@ class DecodingWeights:
       product against the [V, d] table, which XLA would also re-transpose
       inside the decoding loop on every call. With a mixture output
       (config.mixture), the [d_model, 3M] kernel of its parameters.
-    scoring: head 1.
-    proposals: heads 2..k (None for k = 1).
-    embed: [vocab_size, d_model] the token embedding sequential heads read
-      their predecessors' tokens with (None for other heads).
+    scoring: head 1 through the paper heads' layer
+      (head1_from_base=False); None: head 1 is the base's output.
+    proposals: heads 2..k as the drafter lays them out (`Drafter.weights`;
+      None for k = 1 and for drafters applied as modules).
+    embed: [vocab_size, d_model] the token embedding a drafter reads
+      tokens with (None for drafters that read none).
     output_bias: [3M] the mixture parameters' bias (None without one).
     draft_ids: [n] the token ids proposals are chosen from (a drafting
       vocabulary, as FR-Spec's frequent tokens); None: all of them.
@@ -115,8 +117,8 @@ class DecodingWeights:
       a proposal's logits cost instead of the whole vocabulary's.
   """
   vocab: jax.Array
-  scoring: heads_lib.HeadWeights
-  proposals: heads_lib.HeadWeights | None
+  scoring: drafters.HeadWeights | None
+  proposals: object
   embed: jax.Array | None = None
   output_bias: jax.Array | None = None
   draft_ids: jax.Array | None = None
@@ -174,17 +176,8 @@ class Transformer(nnx.Module):
       self.output = nnx.Linear(config.d_model, config.vocab_size,
                                use_bias=False,
                                **layers.linear_kwargs(config, rngs))
-    self.heads = heads_lib.ProposalHeads(
-        config.d_model, config.num_proposal_heads,
-        config.head_hidden or config.d_ff, layer=config.head_layer,
-        head1_from_base=config.head1_from_base,
-        attention_heads=config.num_heads,
-        attention_head_dim=config.attention_head_dim,
-        source_kv_heads=config.kv_heads,
-        draft_source=config.draft_source,
-        draft_extra_features=len(config.draft_feature_layers),
-        dtype=jnp.dtype(config.dtype),
-        param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
+    # The drafter of heads 2..k (its parameters under 'heads').
+    self.heads = drafters.get(config.head_layer)(config, rngs=rngs)
 
   # --- Embeddings and outputs.
 
@@ -230,42 +223,46 @@ class Transformer(nnx.Module):
 
   def head_states(self, hidden: jax.Array | DecoderOutputs, first: int,
                   count: int, next_tokens: jax.Array | None = None,
-                  own_drafts: bool = False) -> jax.Array:
-    """States of heads first+1 .. first+count from decoder outputs.
+                  own_drafts: bool = False, rows: jax.Array | None = None,
+                  block_lengths: jax.Array | None = None) -> jax.Array:
+    """States of heads first+1 .. first+count from decoder outputs (the
+    drafter's `states`).
 
     Args:
       hidden: [batch, T, d_model] decoder outputs, or the `run` of a pass
-        (what a draft layer that reads the source or lower layers needs).
+        (what a drafter that reads the source or lower layers needs).
       first: 0-based index of the first head.
       count: number of heads.
       next_tokens: [batch, T, >= first + count - 1] the tokens after each
         position (`losses.shifted_targets(target, 0, ...)`): what heads
-        1, 2, ... are taken to have proposed, read by the dependent head
-        layers (teacher forcing); unused by the others.
+        1, 2, ... are taken to have proposed, read by drafters that read
+        tokens (teacher forcing); unused by the others.
       own_drafts: dependent heads read the tokens heads 2 .. before them
         would have drafted (each state's argmax, no gradient through the
         choice: the training-time test), not next_tokens'; head 1's token
         stays next_tokens' (the base's, always accepted: the prefix).
+      rows: [batch, n] the positions wanted; None: every position.
+      block_lengths: [batch, n] a block drafter's block size at each of
+        `rows` (`Drafter.training_lengths`); None: num_proposal_heads.
 
     Returns:
-      [batch, T, count, d_model].
+      [batch, T or n, count, d_model].
     """
     outputs = (hidden if isinstance(hidden, DecoderOutputs)
                else DecoderOutputs(hidden, hidden))
-    if self.heads.layer not in heads_lib.DEPENDENT_HEAD_LAYERS:
-      return self.heads(outputs.hidden, first, count)
-    if next_tokens is None:
-      raise ValueError(f'{self.heads.layer} heads read the tokens before '
-                       'theirs: pass next_tokens.')
-    previous = self.token_embedding(
-        next_tokens[..., :max(first + count - 1, 1)])
+    if self.heads.reads_tokens and next_tokens is None and (
+        first + count > 1):
+      raise ValueError(f'{self.config.head_layer} heads read the tokens '
+                       'before theirs: pass next_tokens.')
     feed = None
     if own_drafts:
       feed = lambda _, state: self.token_embedding(
           jax.lax.stop_gradient(jnp.argmax(self.logits(state), -1)))
-    return self.heads(outputs.hidden, first, count, previous,
-                      features=outputs.features, source=outputs.source,
-                      feed=feed)
+    view = drafters.TrainingView(
+        hidden=outputs.hidden, features=outputs.features,
+        source=outputs.source, next_tokens=next_tokens,
+        embed=self.token_embedding, feed=feed, block_lengths=block_lengths)
+    return self.heads.states(view, first, count, rows)
 
   def head_logits(self, hidden: jax.Array | DecoderOutputs, first: int,
                   count: int, next_tokens: jax.Array | None = None
@@ -276,7 +273,7 @@ class Transformer(nnx.Module):
 
   def token_embedding(self, tokens: jax.Array) -> jax.Array:
     """[...] target tokens -> [..., d_model], scaled as the decoder's
-    input embedding, without positions (what sequential heads read)."""
+    input embedding, without positions (what drafters read tokens with)."""
     return (self.target_embed(embedding_rows(tokens))
             * self.config.embedding_scale)
 
@@ -340,7 +337,7 @@ class Transformer(nnx.Module):
     """
     dtype = jnp.dtype(self.config.dtype)
     embed = None
-    if self.heads.layer in heads_lib.DEPENDENT_HEAD_LAYERS and k > 1:
+    if self.heads.reads_tokens and k > 1:
       embed = (self.target_embed.embedding[...]
                * self.config.embedding_scale).astype(dtype)
     vocab, draft_vocab = self._vocab(), None
@@ -354,8 +351,8 @@ class Transformer(nnx.Module):
       draft_ids = jnp.sort(jnp.asarray(draft_ids, jnp.int32))
       draft_vocab = vocab[:, draft_ids]
     return DecodingWeights(
-        vocab=vocab, scoring=self.heads.weights(0, 1),
-        proposals=self.heads.weights(1, k - 1) if k > 1 else None,
+        vocab=vocab, scoring=self.heads.scoring_weights(dtype),
+        proposals=self.heads.weights(k, dtype) if k > 1 else None,
         embed=embed, output_bias=self._output_bias(), draft_ids=draft_ids,
         draft_vocab=draft_vocab)
 
@@ -369,24 +366,34 @@ class Transformer(nnx.Module):
     """
     if weights is None:
       weights = self.decoding_weights(1)
-    states = heads_lib.apply_heads(weights.scoring,
-                                   self._top(hidden))[..., 0, :]
+    states = self._top(hidden)
+    if weights.scoring is not None:  # Head 1 through the heads' layer.
+      states = self.heads.apply(weights.scoring, states)[..., 0, :]
     return self._project(states, weights.vocab, weights.output_bias)
 
-  def proposal_logits(self, hidden: jax.Array, k: int,
-                      weights: DecodingWeights | None = None) -> jax.Array:
-    """Heads 2..k: [..., d_model] -> [..., k - 1, vocab_size].
+  def proposal_logits(self, cache: DecodeCache, features: jax.Array,
+                      next_tokens: jax.Array, start: jax.Array,
+                      last: jax.Array, k: int,
+                      weights: DecodingWeights | None = None):
+    """Heads 2..k of a one-pass drafter after the last accepted position:
+    `DecodingFns.proposal_logits`.
 
     Args:
-      hidden: decoder outputs.
+      cache, features, next_tokens, start, last: as `draft`'s.
       k: the block size, 2 <= k <= num_proposal_heads.
       weights: from `decoding_weights(k)`, the same k (taken here when not
         given).
+
+    Returns:
+      (logits [batch, k - 1, vocab_size], the updated cache).
     """
     if weights is None:
       weights = self.decoding_weights(k)
-    states = heads_lib.apply_heads(weights.proposals, self._top(hidden))
-    return self._draft_logits(states, weights)
+    view = self._decode_view(cache, features, next_tokens, start, last,
+                             weights)
+    states, draft = self.heads.proposal_states(view, k)
+    return (self._draft_logits(states, weights),
+            dataclasses.replace(cache, draft=draft))
 
   def _draft_logits(self, states: jax.Array,
                     weights: DecodingWeights) -> jax.Array:
@@ -404,27 +411,32 @@ class Transformer(nnx.Module):
 
   def _top(self, features: jax.Array) -> jax.Array:
     """The decoder's top output [..., d_model] of `extend`'s features
-    (which carry the draft layer's lower-layer features after it)."""
+    (which carry the lower layers' features a drafter reads after it)."""
     if not self.config.draft_feature_layers:
       return features
     return features[..., :self.config.d_model]
 
-  def _draft_source(self, cache: DecodeCache):
-    """The draft layer's view of the source in a decode, or None."""
-    source = self.config.draft_source
-    if source == 'none':
-      return None
-    memory = cache.memory[-1] if source == 'base' else cache.draft.source
-    return draft_layer_lib.DraftSource(memory, cache.memory_valid)
+  def _decode_view(self, cache: DecodeCache, features, next_tokens, start,
+                   last, weights: DecodingWeights) -> drafters.DecodeView:
+    """What the drafter reads after a call (`drafters.DecodeView`)."""
+    return drafters.DecodeView(
+        cache=cache.draft,
+        source=self.heads.source(cache.memory, cache.memory_valid,
+                                 cache=cache.draft),
+        hidden=self._top(features), features=features,
+        next_tokens=next_tokens, start=start, last=last,
+        weights=weights.proposals,
+        embed=lambda tokens: weights.embed[embedding_rows(tokens)],
+        project=lambda states: self._draft_logits(states, weights))
 
   def draft(self, cache: DecodeCache, features: jax.Array,
             next_tokens: jax.Array, start: jax.Array, last: jax.Array,
             choose, k: int, weights: DecodingWeights | None = None):
-    """Heads 2..k's draft made head after head (sequential heads, the
-    autoregressive draft layer): `DecodingFns.draft`.
+    """Heads 2..k's draft made head after head (a dependent drafter:
+    sequential heads, the draft layer): `DecodingFns.draft`.
 
     Args:
-      cache: the decoding cache (the draft layer's entries in `cache.draft`).
+      cache: the decoding cache (the drafter's own in `cache.draft`).
       features: [batch, n, ...] `extend`'s features at the n positions
         the last call scored, start .. start + n - 1.
       next_tokens: [batch, n] the token after each of those positions: the
@@ -443,36 +455,10 @@ class Transformer(nnx.Module):
     """
     if weights is None:
       weights = self.decoding_weights(k)
-    embed = lambda tokens: weights.embed[embedding_rows(tokens)]
-    project = lambda state: self._draft_logits(state, weights)
-    token = ops.take_at(next_tokens, last)
-    proposals, logits = [], []
-    if self.heads.layer == 'autoregressive':
-      # Every scored position's entry (stale ones are overwritten later),
-      # then one entry per drafted token, at the positions after the last
-      # accepted one.
-      layer, source = self.heads.draft, self._draft_source(cache)
-      states, draft = layer.extend(cache.draft, layer.base_features(features),
-                                   embed(next_tokens), start, source)
-      state = ops.take_at(states, last)
-      for index in range(k - 1):
-        logits.append(project(state))
-        proposals.append(choose(index, logits[-1]))
-        if index < k - 2:
-          state, draft = layer.extend(
-              draft, state[:, None], embed(proposals[-1])[:, None],
-              start + last + 1 + index, source)
-          state = state[:, 0]
-      cache = dataclasses.replace(cache, draft=draft)
-    else:
-      state, previous = ops.take_at(self._top(features), last), token
-      for index in range(k - 1):
-        state = heads_lib.sequential_step(weights.proposals, index, state,
-                                          embed(previous))
-        logits.append(project(state))
-        previous = choose(index, logits[-1])
-        proposals.append(previous)
-    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
+    view = self._decode_view(cache, features, next_tokens, start, last,
+                             weights)
+    proposals, logits, draft = self.heads.draft_tokens(view, choose, k)
+    return proposals, logits, dataclasses.replace(cache, draft=draft)
 
   # --- Full-sequence passes (training and scoring).
 
@@ -518,13 +504,8 @@ class Transformer(nnx.Module):
       self_attend = lambda _, module, y: (module.local(y, window), None)
     features = self._decode(decoder_input, positions, memory, memory_valid,
                             dropout_rngs, self_attend, source)[0]
-    draft_source = None
-    if self.config.draft_source == 'base':
-      draft_source = draft_layer_lib.DraftSource(memory[-1], memory_valid)
-    elif self.config.draft_source == 'own':
-      draft_source = draft_layer_lib.DraftSource(
-          self.heads.draft.project_source(encoded), memory_valid)
-    return DecoderOutputs(self._top(features), features, draft_source)
+    return DecoderOutputs(self._top(features), features,
+                          self.heads.source(memory, memory_valid, encoded))
 
   # --- Cached decoding.
 
@@ -545,10 +526,8 @@ class Transformer(nnx.Module):
                                 jnp.dtype(config.dtype))
         for _ in self.decoder_layers)
     skip = config.image is not None and config.image.reads_source
-    draft = None
-    if config.head_layer == 'autoregressive':
-      draft = self.heads.draft.init_cache(batch, positions,
-                                          jnp.dtype(config.dtype), encoded)
+    draft = self.heads.init_cache(batch, positions, jnp.dtype(config.dtype),
+                                  encoded)
     return DecodeCache(self_attention, memory or (), memory_valid,
                        source if skip else None, draft)
 

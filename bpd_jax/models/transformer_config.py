@@ -15,9 +15,8 @@ import math
 
 from bpd_jax.infra import numeric
 from bpd_jax.models import attention
-from bpd_jax.models import draft_layer as draft_layer_lib
+from bpd_jax.models import drafters
 from bpd_jax.models import feed_forward as feed_forward_lib
-from bpd_jax.models import heads as heads_lib
 from bpd_jax.models import mixture as mixture_lib
 from bpd_jax.models import norms as norms_lib
 from bpd_jax.models import positions as positions_lib
@@ -91,18 +90,22 @@ class TransformerConfig:
       (models/mixture.py: image intensities) in place of the vocabulary
       projection, tied or not; None: a softmax over the vocabulary.
     num_proposal_heads: k, the number of blockwise heads (1: base model only).
-    head_layer: 'independent', 'joint', 'sequential' (heads that read the
-      previous head's proposed token) or 'autoregressive' (a draft layer
-      with its own cache; see models/heads.py).
-    head_hidden: hidden width of one head's layer; None means d_ff.
+    head_layer: the drafter of heads 2..k, a name of models/drafters'
+      REGISTRY: 'independent' or 'joint' (the paper's heads), 'sequential'
+      (heads that read the previous head's proposed token),
+      'autoregressive' (a draft layer with its own cache) or 'block' (the
+      whole block in one pass from the base's features).
+    head_hidden: hidden width of one head's layer (the draft layer's and
+      the block drafter's feed-forward layers); None means d_ff.
     head1_from_base: head 1 is the base model's next-token output, untouched.
-    draft_source: where the autoregressive draft layer reads the source
-      of an encoder-decoder (models/draft_layer.py): 'none', 'base' (the
-      base's top decoder layer's source keys and values) or 'own' (its own
-      projection of the encoder output).
+    draft_source: where a drafter that reads an encoder-decoder's source
+      attends to it: 'none', 'base' (the base's top decoder layer's
+      source keys and values) or 'own' (its own projection of the encoder
+      output; the draft layer's only).
     draft_feature_layers: decoder layers (0-based, below the top one)
-      whose outputs the draft layer reads beside the top output (after
-      EAGLE-3); () for the top alone.
+      whose outputs the draft layer or the block drafter reads beside the
+      top output (after EAGLE-3 and DFlash); () for the top alone.
+    block_layers: the block drafter's layers.
     local_attention_block: 0 for causal attention over every earlier decoder
       position; > 0 for local 1D attention: decoder positions are cut into
       query blocks of this length (see attention.LocalWindow).
@@ -154,6 +157,7 @@ class TransformerConfig:
   head1_from_base: bool = True
   draft_source: str = 'none'
   draft_feature_layers: tuple[int, ...] = ()
+  block_layers: int = 1
   local_attention_block: int = 0
   local_attention_memory: int = 0
   image: positions_lib.ImagePositions | None = None
@@ -224,23 +228,25 @@ class TransformerConfig:
     check(self.positions != 'rotary' or self.attention_head_dim % 2 == 0,
           f'positions=\'rotary\' rotates pairs of a head\'s features: '
           f'head_dim={self.attention_head_dim} must be even.')
-    check(self.head_layer in heads_lib.HEAD_LAYERS,
-          f'head_layer={self.head_layer!r} is not one of '
-          f'{heads_lib.HEAD_LAYERS}.')
-    check(self.head_layer not in heads_lib.DEPENDENT_HEAD_LAYERS
-          or self.head1_from_base,
+    check(self.head_layer in drafters.NAMES,
+          f'head_layer={self.head_layer!r} is not one of {drafters.NAMES}.')
+    drafter = drafters.get(self.head_layer)
+    check(self.head1_from_base or drafter.head1_through_layer,
           f'head_layer={self.head_layer!r} starts from the base model\'s '
           'own next token: head1_from_base must be True.')
-    check(self.draft_source in draft_layer_lib.DRAFT_SOURCES,
+    check(self.draft_source in drafters.DRAFT_SOURCES,
           f'draft_source={self.draft_source!r} is not one of '
-          f'{draft_layer_lib.DRAFT_SOURCES}.')
-    draft_layer = self.head_layer == 'autoregressive'
-    check(self.draft_source == 'none'
-          or (draft_layer and self.is_encoder_decoder),
-          f'draft_source={self.draft_source!r} is the autoregressive draft '
-          f'layer\'s attention over an encoder-decoder\'s source (here '
-          f'head_layer={self.head_layer!r}, num_encoder_layers='
-          f'{self.num_encoder_layers}): set it to \'none\'.')
+          f'{drafters.DRAFT_SOURCES}.')
+    check(self.draft_source == 'none' or len(drafter.source_kinds) > 1,
+          f'draft_source={self.draft_source!r}: head_layer='
+          f'{self.head_layer!r} reads no source; set it to \'none\'.')
+    check(self.draft_source == 'none' or self.is_encoder_decoder,
+          f'draft_source={self.draft_source!r}: a decoder-only model '
+          f'(num_encoder_layers=0) has no source; set it to \'none\'.')
+    check(self.draft_source in drafter.source_kinds,
+          f'draft_source={self.draft_source!r}: head_layer='
+          f'{self.head_layer!r} reads the source through one of '
+          f'{drafter.source_kinds}.')
     layers = self.draft_feature_layers
     check(isinstance(layers, (tuple, list)) and all(
         numeric.is_integer(i) for i in layers)
@@ -249,9 +255,13 @@ class TransformerConfig:
           f'draft_feature_layers={layers!r} must be distinct ascending '
           f'decoder layers below the top one, in [0, '
           f'{self.num_decoder_layers - 2}].')
-    check(not layers or draft_layer,
-          f'draft_feature_layers={layers!r} are read by the autoregressive '
-          f'draft layer; head_layer={self.head_layer!r}.')
+    check(not layers or drafter.reads_features,
+          f'draft_feature_layers={layers!r} are read by the draft layer and '
+          f'the block drafter; head_layer={self.head_layer!r}.')
+    check(numeric.is_integer(self.block_layers) and self.block_layers >= 1,
+          f'block_layers={self.block_layers!r} must be an integer >= 1.')
+    problems = drafter.problems(self)
+    check(not problems, problems[0] if problems else '')
     object.__setattr__(self, 'draft_feature_layers', tuple(layers))
     check(self.head_hidden is None or (numeric.is_integer(self.head_hidden)
                                        and self.head_hidden >= 1),

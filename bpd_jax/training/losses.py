@@ -66,19 +66,27 @@ def token_losses(logits: jax.Array, labels: jax.Array,
           - label_smoothing * logits.mean(-1))
 
 
-def head_weights(first: int, count: int, head1_weight: float) -> jax.Array:
+def head_weights(first: int, count: int, head1_weight: float,
+                 decay: float = 0.0) -> jax.Array:
   """[count] weights of the trained heads in the loss; they sum to 1.
 
   Equal weights, unless head 1 (the scoring model) is among the trained
   heads and `head1_weight` > 0: then head 1 gets that weight and the others
   share the rest. Fine-tuning the whole model on the plain mean gives head 1
-  a 1/k share, and the base model's own quality drops.
+  a 1/k share, and the base model's own quality drops. With `decay` > 0
+  the heads after head 1 share theirs in proportion to exp(-(i - 2) /
+  decay), head i (1-based): a draft is accepted up to its first miss, so
+  its early heads count most (DFlash's weighting of a block's positions).
   """
-  weights = jnp.full((count,), 1.0 / count)
+  heads = first + jnp.arange(count)  # 0-based.
+  share = jnp.ones((count,))
+  if decay > 0:
+    share = jnp.exp(-jnp.maximum(heads - 1, 0) / decay)
   if first == 0 and count > 1 and head1_weight > 0:
-    weights = jnp.full((count,), (1.0 - head1_weight) / (count - 1))
-    weights = weights.at[0].set(head1_weight)
-  return weights
+    later = share.at[0].set(0.0)
+    return (1.0 - head1_weight) * later / later.sum() + jnp.where(
+        heads == 0, head1_weight, 0.0)
+  return share / share.sum()
 
 
 def heads_loss(model, batch: dict, *, first: int, count: int,
@@ -86,7 +94,8 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                dropout_key: jax.Array, head_key: jax.Array,
                head1_weight: float = 0.0, input_dropout: float = 0.0,
                position_fraction: float = 1.0, head_targets: str = 'data',
-               draft_inputs: str = 'data', scheduled_sampling: float = 0.0):
+               draft_inputs: str = 'data', scheduled_sampling: float = 0.0,
+               loss_decay: float = 0.0):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -104,6 +113,8 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     dropout_key: randomness of dropout (None: no dropout).
     head_key: randomness of the head draw.
     head1_weight: see `head_weights` (0: all heads weigh the same).
+    loss_decay: see `head_weights` (0: the heads after head 1 weigh the
+      same).
     input_dropout: probability that a decoder input token (bos excepted)
       is replaced by pad_id, drawn with `dropout_key`. Image models
       otherwise learn to copy the previous pixel and ignore their input
@@ -114,10 +125,10 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       with `head_key`); head 1, when trained, keeps every position. Their
       layers and vocabulary projections are most of a fine-tuning step's
       cost, and a row's neighbouring positions teach them much the same:
-      a sample of them costs a step that much less. Not with
-      `random_head`, nor with the draft layer (it reads every position):
-      config_checks refuses both, and this function takes a checked
-      combination.
+      a sample of them costs a step that much less (a block drafter's
+      blocks start at them). Not with `random_head`, nor with a drafter
+      that reads every position (the draft layer): config_checks refuses
+      both, and this function takes a checked combination.
     head_targets: what the heads after head 1 learn (one of HEAD_TARGETS):
       'data', the true tokens (label-smoothed); or 'base', the base
       model's own next-token distribution at the position they predict
@@ -142,9 +153,11 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
       which is right given the true neighbour and copies its own guess
       when decoding. Applied before input dropout.
 
-  The autoregressive draft layer's heads are its drafting steps; its loss
-  adds `draft_feature_loss`, the regression of each step's state to the
-  base's feature there (EAGLE's), over the trained heads after head 1.
+  A drafter may add a loss of its own (`Drafter.auxiliary_loss`: the draft
+  layer's regression of each step's state to the base's feature there,
+  EAGLE's), and may train each position on a block of its own length
+  (`Drafter.training_lengths`: a block drafter's), the heads past it
+  untrained there.
 
   Returns:
     (loss, metrics) where metrics holds per-head sums over the batch, each
@@ -153,7 +166,7 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   """
   inputs = _decoder_pass(model, batch, first, count, dropout_key,
                          input_dropout, head_targets, scheduled_sampling)
-  weights = head_weights(first, count, head1_weight)
+  weights = head_weights(first, count, head1_weight, loss_decay)
   own_drafts = draft_inputs == 'own'
   if position_fraction < 1 and count > int(first == 0):
     sums = _sampled_position_sums(model, inputs, first, count, own_drafts,
@@ -260,14 +273,17 @@ def _every_position_sums(model, inputs: _Pass, first: int, count: int,
   """The heads on every position: (`_head_sums`, heads [n] and weights [n]
   of the sums' n heads, the draft layer's feature loss or 0.0). With
   `random_head` only one head, drawn with `weights`, is summed."""
+  lengths = model.heads.training_lengths(jax.random.fold_in(head_key, 1),
+                                         inputs.target.shape)
   states = model.head_states(inputs.outputs, first, count,
-                             inputs.next_tokens, own_drafts)
+                             inputs.next_tokens, own_drafts,
+                             block_lengths=lengths)
   # states: [batch, T, count, d_model]
-  draft_layer = model.config.head_layer == 'autoregressive'
-  feature_loss = (draft_feature_loss(states, first, inputs.outputs.hidden,
-                                     inputs.target, model.config.pad_id)
-                  if draft_layer and first + count > 1 else 0.0)
-  labels, soft = inputs.labels, inputs.soft
+  feature_loss = model.heads.auxiliary_loss(
+      states, first, inputs.outputs.hidden, inputs.target,
+      model.config.pad_id)
+  labels = _within_blocks(inputs.labels, first, lengths, model.config.pad_id)
+  soft = inputs.soft
   heads = first + jnp.arange(count)
   if random_head:
     # Only the drawn head goes through the vocabulary projection.
@@ -292,12 +308,16 @@ def _sampled_position_sums(model, inputs: _Pass, first: int, count: int,
   labels, soft = inputs.labels, inputs.soft
   whole = int(first == 0)
   rows = sampled_positions(head_key, inputs.target, fraction,
-                           model.config.pad_id)[..., None]  # [batch, n, 1]
+                           model.config.pad_id)  # [batch, n]
   take = lambda x: jnp.take_along_axis(
-      x, rows.reshape(rows.shape + (1,) * (x.ndim - 3)), axis=1)
-  groups = [(model.head_states(take(hidden), first + whole, count - whole,
-                               take(next_tokens), own_drafts),
-             take(labels[..., whole:]),
+      x, rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=1)
+  lengths = model.heads.training_lengths(jax.random.fold_in(head_key, 1),
+                                         rows.shape)
+  groups = [(model.head_states(inputs.outputs, first + whole, count - whole,
+                               next_tokens, own_drafts, rows=rows,
+                               block_lengths=lengths),
+             _within_blocks(take(labels[..., whole:]), first + whole,
+                            lengths, model.config.pad_id),
              None if soft is None else take(soft[:, :, whole:]))]
   if whole:
     groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
@@ -392,34 +412,12 @@ def _head_sums(model, states: jax.Array, labels: jax.Array,
   return losses.sum((0, 1)), correct.sum((0, 1)), mask.sum((0, 1))
 
 
-def draft_feature_loss(states: jax.Array, first: int, hidden: jax.Array,
-                       target: jax.Array, pad_id: int) -> jax.Array:
-  """Smooth-L1 distance of the draft layer's states to the base's features
-  they estimate (EAGLE's regression), mean over the steps, positions and
-  features.
-
-  Args:
-    states: [batch, T, count, d_model] states of heads first+1 ..
-      first+count; head h + 1 (0-based h >= 1) at position t estimates
-      hidden[:, t + h].
-    first: 0-based index of states' first head.
-    hidden: [batch, T, d_model] the base's decoder outputs; a fixed target
-      (no gradient into the base from this loss).
-    target: [batch, T] target ids: hidden[:, t + h] counts where
-      target[:, t + h] is not pad_id.
-    pad_id: padding id.
-  """
-  length = hidden.shape[1]
-  hidden = jax.lax.stop_gradient(hidden).astype(jnp.float32)
-  total = count = 0.0
-  for index in range(states.shape[2]):
-    h = first + index
-    if h == 0 or h >= length:
-      continue  # Head 1 is the base itself; no feature that far.
-    error = jnp.abs(states[:, :length - h, index].astype(jnp.float32)
-                    - hidden[:, h:])
-    smooth_l1 = jnp.where(error < 1.0, 0.5 * error**2, error - 0.5).mean(-1)
-    mask = (target[:, h:] != pad_id).astype(jnp.float32)
-    total += (smooth_l1 * mask).sum()
-    count += mask.sum()
-  return total / jnp.maximum(count, 1.0)
+def _within_blocks(labels: jax.Array, first: int,
+                   lengths: jax.Array | None, pad_id: int) -> jax.Array:
+  """labels [batch, n, count] of heads first .. (0-based) with pad_id where
+  a head lies past its position's block length (lengths [batch, n]; None:
+  every head is trained)."""
+  if lengths is None:
+    return labels
+  heads = first + jnp.arange(labels.shape[-1])
+  return jnp.where(heads < lengths[..., None], labels, pad_id)

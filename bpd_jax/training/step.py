@@ -115,7 +115,8 @@ def make_train_step(graphdef, phase: phases_lib.Phase, tx, train_config,
           position_fraction=train_config.head_position_fraction,
           head_targets=train_config.get('head_targets', 'data'),
           draft_inputs=train_config.get('draft_inputs', 'data'),
-          scheduled_sampling=train_config.get('scheduled_sampling', 0.0))
+          scheduled_sampling=train_config.get('scheduled_sampling', 0.0),
+          loss_decay=train_config.get('head_loss_decay', 0.0))
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)

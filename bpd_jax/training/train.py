@@ -29,6 +29,7 @@ from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
 from bpd_jax.infra import workdir as workdir_lib
+from bpd_jax.models import drafters
 from bpd_jax.models import factory
 from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
@@ -184,7 +185,9 @@ def _param_shardings(config, params, mesh):
   """A NamedSharding per parameter, by mesh.param_rules (a bad rule shows
   only against the parameters' shapes: a config error, raised here)."""
   try:
-    return sharding.param_shardings(params, mesh, config.mesh.param_rules)
+    return sharding.param_shardings(
+        params, mesh, config.mesh.param_rules,
+        model_rules=drafters.tensor_rules(config.model.head_layer))
   except (ValueError, re.error) as error:
     raise errors.ConfigError(f'mesh.param_rules: {error}') from error
 

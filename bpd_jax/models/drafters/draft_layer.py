@@ -29,14 +29,14 @@ reads the next proposal from it. Entries past the accepted length are
 stale, masked by position and overwritten by the next call's, exactly as
 the base's own cache handles rejected proposals.
 
-Training is unrolled as decoding runs (`unroll`): at every position, step j
-reads the base's entries up to that position and its own entries of the
-steps before, so head j + 1 learns exactly what it drafts. The tokens the
-steps read are the true ones (teacher forcing) or, with a `feed`, the
-layer's own drafts (training-time test). Besides each step's
-cross-entropy, g learns the base's next feature (a smooth-L1 regression,
-as EAGLE trains), which keeps the features its later steps read close to
-the base's.
+Training is unrolled as decoding runs (`DraftLayer.unroll`): at every
+position, step j reads the base's entries up to that position and its own
+entries of the steps before, so head j + 1 learns exactly what it drafts.
+The tokens the steps read are the true ones (teacher forcing) or, with a
+`feed`, the layer's own drafts (training-time test). Besides each step's
+cross-entropy, g learns the base's next feature (`feature_loss`, a
+smooth-L1 regression, as EAGLE trains), which keeps the features its
+later steps read close to the base's.
 """
 
 import dataclasses
@@ -46,25 +46,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bpd_jax.infra import ops
 from bpd_jax.models import attention
+from bpd_jax.models.drafters import base
 
-# Where the draft layer's cross-attention reads the source: nowhere, the
-# base's top decoder layer's keys and values, or its own projection.
-DRAFT_SOURCES = ('none', 'base', 'own')
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class DraftSource:
-  """The source as the draft layer attends to it.
-
-  Attributes:
-    memory: keys and values, [batch, source_length, kv_heads, head_dim]
-      (the base's key/value heads, or the layer's own heads).
-    valid: [batch, source_length] bool, False at source padding.
-  """
-  memory: attention.KVCache
-  valid: jax.Array
+T = 'model'  # The mesh axis the 'tensor' rules split over.
 
 
 @jax.tree_util.register_dataclass
@@ -104,16 +90,16 @@ class DraftLayer(nnx.Module):
         then divide).
       source_kv_heads: key/value heads of the base's source memory that
         source 'base' reads (None: num_heads).
-      source: one of DRAFT_SOURCES.
+      source: one of base.DRAFT_SOURCES.
       extra_features: lower decoder layers whose outputs come with the top
         feature (each d_model wide, after it).
       dtype: computation dtype (None: from inputs and params).
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
     """
-    if source not in DRAFT_SOURCES:
+    if source not in base.DRAFT_SOURCES:
       raise ValueError(f'draft source {source!r} is not one of '
-                       f'{DRAFT_SOURCES}.')
+                       f'{base.DRAFT_SOURCES}.')
     linear = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     norm = lambda width=d_model: nnx.LayerNorm(
         width, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
@@ -167,7 +153,7 @@ class DraftLayer(nnx.Module):
     return self.out_norm(x)
 
   def unroll(self, features: jax.Array, next_embeds: jax.Array,
-             source: DraftSource | None = None,
+             source: base.DraftSource | None = None,
              feed: Callable[[int, jax.Array], jax.Array] | None = None
              ) -> jax.Array:
     """Every drafting step at every position: what decoding computes, for
@@ -249,7 +235,7 @@ class DraftLayer(nnx.Module):
 
   def extend(self, cache: DraftCache, features: jax.Array,
              next_embeds: jax.Array, start: jax.Array,
-             source: DraftSource | None = None
+             source: base.DraftSource | None = None
              ) -> tuple[jax.Array, DraftCache]:
     """Writes n entries per example at start .. start + n - 1, attends.
 
@@ -272,3 +258,118 @@ class DraftLayer(nnx.Module):
 
     out = self._apply(features, next_embeds, attend, source)
     return out, dataclasses.replace(cache, attention=entries['cache'])
+
+
+class AutoregressiveDrafter(base.Drafter):
+  """The draft layer as a drafter: heads 2..k are its drafting steps 1..k-1
+  (head i its (i - 1)-th), trained unrolled as decoding runs them; its
+  parameters under 'draft/'."""
+  dependent = True
+  reads_tokens = True
+  source_kinds = base.DRAFT_SOURCES
+  reads_features = True
+  samples_positions = False  # It attends over every position.
+  tensor_rules = (
+      (r'draft/(attention/qkv|source_attention/(query|key_value)|up)/'
+       r'(kernel|bias)', (..., T)),
+      (r'draft/(attention|source_attention)/out/kernel', (T, None)),
+      (r'draft/down/kernel', (T, None)),
+  )
+  cache_rules = ((r'(attention|source)/(key|value)', (None, None, T, None)),)
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    self.source_kind = config.draft_source
+    self.d_model = config.d_model
+    self.draft = DraftLayer(
+        config.d_model, config.num_heads, config.head_hidden or config.d_ff,
+        head_dim=config.attention_head_dim, source_kv_heads=config.kv_heads,
+        source=config.draft_source,
+        extra_features=len(config.draft_feature_layers),
+        dtype=jnp.dtype(config.dtype),
+        param_dtype=jnp.dtype(config.param_dtype), rngs=rngs)
+
+  def states(self, view, first, count, rows=None):
+    if rows is not None:  # Its steps attend over every position.
+      raise ValueError('the draft layer attends over every position: its '
+                       'states are of every position (rows=None).')
+    states = view.hidden[..., None, :]
+    needed = first + count - 1
+    if needed:  # Heads 2..: the layer's steps 1..needed.
+      if view.next_tokens is None or view.next_tokens.shape[-1] < needed:
+        raise ValueError(f'the draft layer\'s heads {first + 1}..'
+                         f'{first + count} read the {needed} tokens before '
+                         f'theirs: pass next_tokens.')
+      steps = self.draft.unroll(view.features,
+                                view.embed(view.next_tokens[..., :needed]),
+                                view.source, view.feed)
+      states = jnp.concatenate([states, steps], axis=-2)
+    return states[..., first:, :]
+
+  def auxiliary_loss(self, states, first, hidden, target, pad_id):
+    if first + states.shape[2] <= 1:
+      return 0.0
+    return feature_loss(states, first, hidden, target, pad_id)
+
+  def init_cache(self, batch, positions, dtype, encoded=None):
+    return self.draft.init_cache(batch, positions, dtype, encoded)
+
+  def source(self, memory, valid, encoded=None, cache=None):
+    if self.source_kind != 'own':
+      return super().source(memory, valid)
+    own = (self.draft.project_source(encoded) if cache is None
+           else cache.source)
+    return base.DraftSource(own, valid)
+
+  def draft_tokens(self, view, choose, k):
+    # Every scored position's entry (stale ones are overwritten later),
+    # then one entry per drafted token, at the positions after the last
+    # accepted one.
+    layer, source = self.draft, view.source
+    states, cache = layer.extend(view.cache,
+                                 layer.base_features(view.features),
+                                 view.embed(view.next_tokens), view.start,
+                                 source)
+    state = ops.take_at(states, view.last)
+    proposals, logits = [], []
+    for index in range(k - 1):
+      logits.append(view.project(state))
+      proposals.append(choose(index, logits[-1]))
+      if index < k - 2:
+        state, cache = layer.extend(
+            cache, state[:, None], view.embed(proposals[-1])[:, None],
+            view.start + view.last + 1 + index, source)
+        state = state[:, 0]
+    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
+
+
+def feature_loss(states: jax.Array, first: int, hidden: jax.Array,
+                 target: jax.Array, pad_id: int) -> jax.Array:
+  """Smooth-L1 distance of the draft layer's states to the base's features
+  they estimate (EAGLE's regression), mean over the steps, positions and
+  features.
+
+  Args:
+    states: [batch, T, count, d_model] states of heads first+1 ..
+      first+count; head h + 1 (0-based h >= 1) at position t estimates
+      hidden[:, t + h].
+    first: 0-based index of states' first head.
+    hidden: [batch, T, d_model] the base's decoder outputs; a fixed target
+      (no gradient into the base from this loss).
+    target: [batch, T] target ids: hidden[:, t + h] counts where
+      target[:, t + h] is not pad_id.
+    pad_id: padding id.
+  """
+  length = hidden.shape[1]
+  hidden = jax.lax.stop_gradient(hidden).astype(jnp.float32)
+  total = count = 0.0
+  for index in range(states.shape[2]):
+    h = first + index
+    if h == 0 or h >= length:
+      continue  # Head 1 is the base itself; no feature that far.
+    error = jnp.abs(states[:, :length - h, index].astype(jnp.float32)
+                    - hidden[:, h:])
+    smooth_l1 = jnp.where(error < 1.0, 0.5 * error**2, error - 0.5).mean(-1)
+    mask = (target[:, h:] != pad_id).astype(jnp.float32)
+    total += (smooth_l1 * mask).sum()
+    count += mask.sum()
+  return total / jnp.maximum(count, 1.0)
