@@ -189,7 +189,7 @@ class Decoder:
     sampler = options.sampler
     # Traced numbers: one program for every temperature and cut-off.
     return decoding.Sampler(float(sampler.temperature), int(sampler.top_k),
-                            float(sampler.top_p)), keys
+                            float(sampler.top_p), sampler.proposals), keys
 
   def greedy(self, inputs, *, max_len: int) -> decoding.DecodeResult:
     """Greedy decoding (the reference output of exact blockwise decoding).

@@ -14,6 +14,8 @@ Not a config to run: it names no task.
 import ml_collections
 from ml_collections import config_dict
 
+from bpd_jax.infra import config_options
+
 
 def get_config():
   config = ml_collections.ConfigDict()
@@ -193,3 +195,37 @@ def drafts_config(num_examples: int, lm_steps: int):
   dr.lm_layers = 2  # Its depth.
   dr.lm_steps = lm_steps  # Its training steps (batch 256 windows).
   return dr
+
+
+def drafter(config, heads: str, features: str = '', block_layers: int = 1):
+  """The model and train fields of a drafter option, as an experiment
+  config's `heads=`, `features=` and `block_layers=` set them.
+
+  Args:
+    config: the config, its model section's num_decoder_layers and
+      num_proposal_heads set.
+    heads: model.head_layer (bpd_jax/models/drafters/ REGISTRY).
+    features: the lower decoder layers the draft layer or the block
+      drafter reads beside the top one, joined by '+' ('0+2'); '' the top
+      alone, except for the block drafter: its shallowest layer and the
+      one halfway up (DFlash reads the base from shallow to deep); 'top'
+      the top alone.
+    block_layers: the block drafter's layers.
+  """
+  model, train = config.model, config.train
+  model.head_layer = heads  # See get_config().
+  below_top = model.num_decoder_layers - 1
+  if features == 'top':
+    layers = ()
+  elif features or heads not in ('block', 'block_corrected'):
+    layers = config_options.layers(features)
+  else:  # Shallow and middle (the top is always read).
+    layers = tuple(sorted({0, (below_top - 1) // 2} & set(range(below_top))))
+  model.draft_feature_layers = layers  # See get_config().
+  model.block_layers = block_layers  # See get_config().
+  if heads in ('block', 'block_corrected'):
+    # A block at half of each row's positions, its heads weighing less
+    # with their distance (a draft is accepted up to its first miss;
+    # DFlash's decay, k / 2).
+    train.head_position_fraction = 0.5
+    train.head_loss_decay = model.num_proposal_heads / 2

@@ -18,9 +18,9 @@ Options (`--config=configs/demo.py:quick,heads=independent`):
     quick            a one-minute run that shows the pipeline, not the
                      quality
     heads=TYPE       the head layer: sequential (default), or the paper's
-                     independent or joint heads, or autoregressive
-                     (models/heads.py); the draft job's refinements need
-                     the paper's heads
+                     independent or joint heads, autoregressive or block
+                     (models/drafters/); the draft job's refinements need
+                     one-pass heads (independent, joint, block)
     distilled=DIR    train on a corpus written by `python -m
                      bpd_jax.distill ... --output_dir=DIR` (the paper's
                      sequence-level distillation)
@@ -70,10 +70,10 @@ def get_config(arg=None):
   model.max_source_len = 32  # Longest source the encoder takes (eval sources too).
   model.max_target_len = 48  # Decoder positions: eval.max_len + k must fit.
   model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
-  # Heads that read the previous head's proposed token
-  # (models/drafters/sequential.py):
-  # longer blocks than the paper's independent heads for the same steps.
-  model.head_layer = options['heads']
+  # Heads that read the previous head's proposed token (default;
+  # models/drafters/): longer blocks than the paper's independent heads
+  # for the same steps.
+  base.drafter(config, options['heads'])
 
   train = config.train
   train.batch_size = 64  # Unused: tokens_per_batch sets the batches.

@@ -46,12 +46,16 @@ Options (`--config=configs/hf_heads.py:model=DIR,heads=independent`):
     data=PATH       the text the heads learn from (above; '' the stdlib)
     ext=.py+.md     with data=DIR: the file name endings read ('' every
                     text file)
-    heads=TYPE      sequential (default), independent (Medusa-1's), joint
-                    or autoregressive
+    heads=TYPE      sequential (default), independent (Medusa-1's), joint,
+                    autoregressive (a draft layer, EAGLE's) or block (the
+                    whole draft in one pass, DFlash's)
     k=K             proposal heads (default 8)
     steps=N         head training steps (default 2000)
-    features=I+J    the autoregressive draft layer also reads these lower
-                    layers' outputs (0-based; '' the top only; EAGLE-3)
+    features=I+J    the draft layer or the block drafter also reads these
+                    lower layers' outputs (0-based; '' the top only, the
+                    block drafter's default layer 0 and the middle one;
+                    'top' the top only; EAGLE-3, DFlash)
+    block_layers=L  the block drafter's layers (default 1)
     targets=base    what heads 2..k learn: base (default: the model's own
                     distribution at each position, what exact verification
                     accepts) or data (the text's next tokens)
@@ -82,8 +86,8 @@ DTYPES = ('', 'float32', 'bfloat16')
 def get_config(arg=None):
   options = config_options.parse(arg, model='', data='', ext='',
                                  heads='sequential', k=8, steps=2000,
-                                 features='', targets='base', inputs='data',
-                                 distilled='', dtype='')
+                                 features='', block_layers=1, targets='base',
+                                 inputs='data', distilled='', dtype='')
   config_options.check_choice(options, 'heads', drafters.NAMES)
   config_options.check_choice(options, 'dtype', DTYPES)
   if not options['model']:
@@ -113,10 +117,11 @@ def get_config(arg=None):
   model.dropout_rate = 0.0  # The base is frozen; the heads need none.
   model.max_source_len = length // 4 + 1  # Input width: start token, prompt.
   model.num_proposal_heads = options['k']  # k heads.
-  model.head_layer = options['heads']  # See configs/base.py.
   model.head_hidden = pretrained.d_model  # One head's hidden width.
-  # Lower layers the draft layer reads (configs/base.py).
-  model.draft_feature_layers = config_options.layers(options['features'])
+  # The drafter, the lower layers it reads, a block drafter's layers
+  # (configs/base.py).
+  base.drafter(config, options['heads'], options['features'],
+               options['block_layers'])
 
   train = config.train
   train.batch_size = 8  # Examples a step.

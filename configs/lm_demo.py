@@ -17,7 +17,11 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
 
     quick            a short run that shows the pipeline, not the quality
     heads=TYPE       the head layer: sequential (default), or the paper's
-                     independent or joint heads, or autoregressive
+                     independent or joint heads, autoregressive (a draft
+                     layer), or block (the whole draft in one pass from
+                     the base's features, DFlash)
+    k=K              proposal heads (default 8): decoding may use any
+                     k up to K
     root=DIR         another directory of Python code instead of the
                      standard library
     init_from=DIR    start from that run's model and vocabulary
@@ -29,8 +33,10 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
     with_heads       with init_from: start from that run's trained heads
                      too, not new ones (a drafter trained on the frozen
                      base, then fine-tuned with it)
-    features=I+J     the autoregressive draft layer also reads these lower
-                     layers' outputs (EAGLE-3)
+    features=I+J     the draft layer or the block drafter also reads
+                     these lower layers' outputs (EAGLE-3, DFlash; the
+                     block drafter's default: layer 0, 'top': none)
+    block_layers=L   the block drafter's layers (default 1)
     targets=base     heads 2..k learn the base's own distribution at each
                      position, what exact verification accepts (default
                      data)
@@ -61,15 +67,18 @@ base = config_options.sibling(__file__, 'base')
 
 
 def get_config(arg=None):
-  options = config_options.parse(arg, quick=False, heads='sequential',
+  options = config_options.parse(arg, quick=False, heads='sequential', k=8,
                                  root='', init_from='', distilled='',
                                  frozen=False, with_heads=False,
-                                 features='', targets='data', inputs='data')
+                                 features='', block_layers=1,
+                                 targets='data', inputs='data')
   for option in ('frozen', 'with_heads'):
     if options[option] and not options['init_from']:
       raise ValueError(f'config option {option} reads a trained run: give '
                        f'init_from=DIR.')
   config_options.check_choice(options, 'heads', drafters.NAMES)
+  if options['k'] < 2:
+    raise ValueError(f'config option k={options["k"]} must be >= 2.')
   quick = options['quick']
   config = base.get_config()
 
@@ -99,10 +108,11 @@ def get_config(arg=None):
   # Positions: a training example (after its prompt, on a distilled
   # corpus), or a decode.
   model.max_target_len = 160 if options['distilled'] else 128
-  model.num_proposal_heads = 8  # k heads; decoding may use any k up to this.
-  model.head_layer = options['heads']  # Sequential: heads read the last proposal.
-  # Lower layers the draft layer reads (configs/base.py).
-  model.draft_feature_layers = config_options.layers(options['features'])
+  model.num_proposal_heads = options['k']  # Decoding may use any k up to it.
+  # The drafter (default sequential: heads read the last proposal), the
+  # lower layers it reads, a block drafter's layers (configs/base.py).
+  base.drafter(config, options['heads'], options['features'],
+               options['block_layers'])
 
   train = config.train
   train.batch_size = 16  # Examples (128 tokens each) a step.
@@ -130,7 +140,8 @@ def get_config(arg=None):
   ev = config.eval
   ev.num_examples = 20 if quick else 100  # Prompts decoded (0: all).
   ev.max_len = 64  # Tokens generated per prompt.
-  ev.ks = (2, 4, 6, 8)  # Blockwise block sizes compared with greedy.
+  # Blockwise block sizes compared with greedy.
+  ev.ks = tuple(k for k in (2, 4, 6, 8, 12, 16) if k <= options['k'])
   ev.criteria = ('exact',)  # Verification: exact returns greedy's output.
   ev.periodic_examples = 20  # Prompts decoded by periodic evaluations.
   # Draft analysis and refinement (Kim et al. 2024): python -m bpd_jax.drafts.

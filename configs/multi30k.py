@@ -72,7 +72,8 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
       base='frozen', heads='independent', distilled='', source='none',
-      features='', targets='data', inputs='data', with_heads=False)
+      features='', block_layers=1, targets='data', inputs='data',
+      with_heads=False)
   quick, init_from = options['quick'], options['init_from']
   if options['with_heads'] and not init_from:
     raise ValueError('config option with_heads starts from a trained run\'s '
@@ -109,10 +110,11 @@ def get_config(arg=None):
   model.num_decoder_layers = 2  # Decoder depth.
   model.max_source_len = 96  # Longest source the encoder takes (eval too).
   model.max_target_len = 112  # Decoder positions: eval.max_len + k must fit.
-  model.head_layer = options['heads']  # See configs/base.py.
   model.draft_source = options['source']  # See configs/base.py.
-  # Lower decoder layers the draft layer reads (configs/base.py).
-  model.draft_feature_layers = config_options.layers(options['features'])
+  # The drafter, the lower layers it reads, a block drafter's layers
+  # (configs/base.py).
+  base.drafter(config, options['heads'], options['features'],
+               options['block_layers'])
 
   train = config.train
   train.batch_size = 64  # Sentence pairs a step, over all devices.

@@ -14,7 +14,7 @@ its figures. Sized for accelerators: 100k base steps, 20k head steps
     dataset=NAME   lm1b (default), cnn_dailymail, xsum or squad
     data_dir=DIR   the TFDS data dir (default ~/tensorflow_datasets)
     heads=TYPE     the head layer (independent: the paper's; sequential,
-                   joint, autoregressive)
+                   joint, autoregressive, block)
     runlocal       a tiny model on TFDS mock data, a few steps: the whole
                    pipeline in under a minute on a CPU, no data needed
 
@@ -82,7 +82,7 @@ def get_config(arg=None):
   model.num_encoder_layers = 0  # Decoder-only.
   model.num_decoder_layers = 1 if runlocal else 6  # Decoder depth.
   model.num_proposal_heads = 3 if runlocal else 8  # k heads.
-  model.head_layer = options['heads']  # See configs/base.py.
+  base.drafter(config, options['heads'])  # The drafter (configs/base.py).
   model.head_hidden = 32 if runlocal else 2048  # One head's hidden width.
   model.max_source_len = prompt + 1  # Input width: start token and prompt.
   # Positions: prompt + continuation in training, start token + prompt +

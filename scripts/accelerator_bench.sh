@@ -7,7 +7,8 @@
 #
 # DATA: the Multi30k text (train.en/.de, val.en/.de); RUNS: the Multi30k
 # runs of docs/results/multi30k.md (RUNS/base, and whichever head runs exist among
-# RUNS/sequential, RUNS/draft_layer, RUNS/distilled_finetuned,
+# RUNS/sequential, RUNS/draft_layer, RUNS/block (the block drafter),
+# RUNS/distilled_finetuned,
 # RUNS/distilled_frozen_sequential, RUNS/distilled_sequential; the
 # distilled ones read RUNS/distilled); OUT: one bench folder per setting
 # (bench.json/.md/.png) and bench.log.
@@ -71,7 +72,7 @@ BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
            --config.task.vocab_path="$RUNS/base/vocab.model")
 PARTS=${PARTS:-random trained sharded}
 [[ " $PARTS " == *" random "* ]] &&
-for heads in independent sequential autoregressive; do
+for heads in independent sequential autoregressive block; do
   bench "random_base_$heads" "heads=$heads" --init=random \
       --workdir="$OUT/random_base_$heads" "${BASE_SIZE[@]}"
 done
@@ -81,6 +82,7 @@ done
 [[ " $PARTS " == *" trained "* ]] &&
 for run in base: sequential:heads=sequential \
     draft_layer:heads=autoregressive \
+    block:heads=block,source=base,targets=base \
     distilled_finetuned:distilled=$RUNS/distilled,base=finetuned \
     distilled_frozen_sequential:distilled=$RUNS/distilled,heads=sequential \
     distilled_sequential:distilled=$RUNS/distilled,base=finetuned,heads=sequential; do

@@ -79,7 +79,7 @@ def model_and_inputs(head_layer='independent'):
 
 
 @pytest.mark.parametrize('head_layer', [
-    'independent', 'sequential', 'autoregressive'])
+    'independent', 'sequential', 'autoregressive', 'block'])
 def test_tune_k_records_each_examples_blocks_at_the_largest_k(head_layer):
   """Every head type: a draft of k - 1 proposals is the first k - 1 of the
   largest k's, so that decode's blocks give every k's statistics."""

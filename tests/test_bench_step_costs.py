@@ -27,12 +27,15 @@ def test_every_k_is_timed_with_one_program(encoder_layers):
   assert step_costs._chained_calls._cache_size() == compiled + 2
 
 
-def test_sequential_heads_draft_inside_the_timed_call():
+@pytest.mark.parametrize('head_layer', ['sequential', 'block'])
+def test_drafters_with_a_cache_or_a_chain_draft_inside_the_timed_call(
+    head_layer):
   model = Transformer(CONFIG.__class__(**{
-      **CONFIG.__dict__, 'head_layer': 'sequential'}), rngs=nnx.Rngs(0))
+      **CONFIG.__dict__, 'head_layer': head_layer}), rngs=nnx.Rngs(0))
   costs = step_costs.measure_all(model, [3], batch_size=2, source_len=5,
                                  max_len=10, repeats=2)
-  # Their drafts come from model.draft: proposal_logits would raise here.
+  # Sequential heads draft through model.draft (proposal_logits would
+  # raise), the block drafter through its cache.
   assert set(costs) == {3}
 
 

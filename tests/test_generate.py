@@ -390,7 +390,8 @@ def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
     (2, 'independent'), (2, 'joint'), (2, 'sequential'),
-    (2, 'autoregressive:source=base'), (0, 'autoregressive')])
+    (2, 'autoregressive:source=base'), (0, 'autoregressive'),
+    (2, 'block:source=base'), (0, 'block')])
 def test_drafts_come_from_the_drafting_vocabulary(encoder_layers, head_layer):
   """Heads that repeat head 1's token draft only the drafting vocabulary's
   ids: without the ids of the output, every call appends one token; with

@@ -70,13 +70,14 @@ def assert_base_is_the_checkpoints(model, folder):
     np.testing.assert_array_equal(trained[name], value, err_msg=name)
 
 
-@pytest.mark.parametrize('folder', [
-    TINY_LLAMA3, pytest.param(TINY_GPT2, marks=pytest.mark.slow)])
-def test_heads_train_on_the_frozen_base_and_decode_exactly(folder,
+@pytest.mark.parametrize('folder,heads', [
+    (TINY_LLAMA3, 'sequential'), (TINY_LLAMA3, 'block'),
+    pytest.param(TINY_GPT2, 'sequential', marks=pytest.mark.slow)])
+def test_heads_train_on_the_frozen_base_and_decode_exactly(folder, heads,
                                                            code_folder,
                                                            tmp_path):
   config = hf_config(f'model={folder},k=3,steps=3,data={code_folder},'
-                     f'ext=.py')
+                     f'ext=.py,heads={heads}')
   assert config.task.name == 'text_files'
   assert config.train.head_targets == 'base'  # The verifier's own.
   workdir = str(tmp_path / 'run')

@@ -31,8 +31,19 @@ def test_every_option_passes_the_checks(arg):
 def test_bad_options():
   with pytest.raises(ValueError, match="heads='many' is not one of"):
     lm_demo_config('heads=many')
-  with pytest.raises(ValueError, match="unknown config option 'k'"):
-    lm_demo_config('k=4')
+  with pytest.raises(ValueError, match="unknown config option 'kk'"):
+    lm_demo_config('kk=4')
+  with pytest.raises(ValueError, match='config option k=1 must be >= 2'):
+    lm_demo_config('k=1')
+
+
+def test_k_sets_the_heads_and_the_block_sizes_reported():
+  config = lm_demo_config('k=16,heads=block,init_from=/run,frozen')
+  assert config.model.num_proposal_heads == 16
+  assert config.eval.ks == (2, 4, 6, 8, 12, 16)
+  assert config.train.head_loss_decay == 8.0  # k / 2.
+  assert config.model.draft_feature_layers == (0,)  # Shallow (and top).
+  assert lm_demo_config('k=4').eval.ks == (2, 4)
 
 
 def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):

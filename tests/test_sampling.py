@@ -2,6 +2,7 @@
 distribution (exact probabilities against 20,000 samples, chi-square test),
 which a wrong acceptance rule does not have."""
 
+import dataclasses
 import itertools
 
 import jax
@@ -18,6 +19,7 @@ from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig
 
 import llama_like
+import repeating_drafters
 
 VOCAB, MAX_LEN, SAMPLES = 8, 3, 20_000
 SOURCE = np.array([[5, 6, 7, 1]])  # The encoder-decoder's input.
@@ -34,9 +36,13 @@ def tiny_model(head_layer, seed=0, **overrides):
   """A random encoder-decoder over 8 tokens: its outputs spread over ~200
   sequences of 3 tokens, and its random heads' q differ from p.
   head_layer: a head layer, 'autoregressive:source=S' (the draft layer
-  reading the source), or 'H@llama': heads H on a decoder-only model of
+  or the block drafter reading the source), or 'H@llama': heads H on a
+  decoder-only model of
   the Llama family's pieces (tests/llama_like.py), sampled after PROMPT.
-  overrides: further TransformerConfig fields."""
+  overrides: further TransformerConfig fields. A random block drafter's
+  proposals fall outside a cut p's support: it is moved towards
+  proposing head 1's token (tests/repeating_drafters.py), so that the
+  rule meets proposals p accepts."""
   head_layer, llama, _ = head_layer.partition('@llama')
   head_layer, _, source = head_layer.partition(':source=')
   fields = dict(num_heads=2, num_encoder_layers=1)
@@ -47,7 +53,10 @@ def tiny_model(head_layer, seed=0, **overrides):
       num_proposal_heads=4, head_hidden=16, head_layer=head_layer,
       max_source_len=8, max_target_len=12, dropout_rate=0.0,
       draft_source=source or 'none', **fields, **overrides)
-  return Transformer(config, rngs=nnx.Rngs(seed))
+  model = Transformer(config, rngs=nnx.Rngs(seed))
+  if head_layer == 'block':
+    repeating_drafters.scale_heads(model, 0.2)
+  return model
 
 
 @nnx.jit
@@ -135,6 +144,7 @@ def sample_many(model, sampler, k, key=0):
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
     (3, 'autoregressive'), (3, 'autoregressive:source=base'),
+    (3, 'block'), (4, 'block:source=base'),
     pytest.param(3, 'autoregressive:source=own', marks=pytest.mark.slow),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'sequential', marks=pytest.mark.slow),
@@ -203,6 +213,42 @@ def test_a_wrong_acceptance_rule_fails_the_same_test(monkeypatch):
   exact = exact_distribution(model, sampler)
   jax.clear_caches()  # Compiled decodes hold the real rule.
   monkeypatch.setattr(sampling, 'accepted_proposals', equals_a_draw_from_p)
+  try:
+    wrong = chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
+                               exact)
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+  assert wrong < 1e-10, wrong
+
+
+@pytest.mark.parametrize('k,head_layer', [
+    (3, 'block'), (4, 'independent'), (3, 'sequential'),
+    (3, 'autoregressive:source=base'),
+    pytest.param(4, 'block@llama', marks=pytest.mark.slow)])
+def test_argmax_proposals_have_the_base_models_distribution(k, head_layer):
+  """The drafter's most likely tokens as proposals (a point-mass q: each
+  accepted with probability p(x), the residual p without it)."""
+  model = tiny_model(head_layer)
+  for index, sampler in enumerate(SAMPLERS):
+    sampler = dataclasses.replace(sampler, proposals='argmax')
+    result = sample_many(model, sampler, k, key=10 + index)
+    p_value = chi_square_p_value(outcomes(result),
+                                 exact_distribution(model, sampler))
+    assert p_value > ALPHA, (sampler, p_value)
+    assert float(result.mean_block_size) > 1.01, sampler
+
+
+def test_argmax_proposals_with_the_drafters_q_fail_the_test(monkeypatch):
+  # Argmax proposals verified as if drawn from the drafter's q (the
+  # point mass forgotten): they are over-accepted.
+  model = tiny_model('block')
+  sampler = decoding.Sampler(1.0, proposals='argmax')
+  exact = exact_distribution(model, sampler)
+  jax.clear_caches()  # Compiled decodes hold the real rule.
+  monkeypatch.setattr(sampling, 'proposal_log_q',
+                      lambda sampler, proposals, logits:
+                      sampler.log_probs(logits))
   try:
     wrong = chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
                                exact)

@@ -103,7 +103,8 @@ class DecodeOptions:
     decoding is one program whatever criterion it was given)."""
     sampler = None
     if self.sampler is not None and self.sampling:
-      sampler = _SAMPLING
+      sampler = dataclasses.replace(_SAMPLING,
+                                    proposals=self.sampler.proposals)
     criterion = criteria_lib.Exact() if self.k == 1 else self.criterion
     return dataclasses.replace(self, sampler=sampler, criterion=criterion)
 

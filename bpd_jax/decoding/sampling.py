@@ -43,8 +43,19 @@ Two more facts complete the argument:
 - Ending at eos (or a stop id) or at max_len cuts the sequence as
   ancestral sampling cuts it.
 
-Every head type the project has (independent and joint) proposes from
-the block's start features alone.
+Every one-pass drafter (the paper's heads, the block drafter) proposes
+from the block's start alone; a dependent drafter's q_i (sequential heads,
+the draft layer) depends on x_1 .. x_{i-1}, which were drawn before x_i,
+so x_i ~ q_i(. | x_<i) given them, and the same computation holds given
+the accepted prefix (each proposal's own q is the one carried).
+
+Proposal rules (`Sampler.proposals`): 'draw' draws x_i from q_i, as
+above; 'argmax' proposes the drafter's most likely token, a point mass q
+at it: accepted with probability p(x_i), the residual p without x_i
+renormalised. Both are the rule above with their q, so both keep p; the
+argmax rule is the one drafters that are sharp but often wrong at
+temperature 1 are reported to need (parallel drafters), as a draw from a
+flat q is rarely the token p favours.
 
 `criteria.Typical` (Medusa's typical acceptance) is the approximate
 alternative: the heads' argmax drafts, accepted where p(x) exceeds
@@ -70,6 +81,10 @@ from bpd_jax.infra import numeric
 from bpd_jax.infra import ops
 
 
+# How blockwise sampling proposes: drawn from q, or q's most likely token.
+PROPOSAL_RULES = ('draw', 'argmax')
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Sampler:
@@ -81,23 +96,33 @@ class Sampler:
       (to 2**-32 of the logits' range) are all kept.
     top_p: keep the fewest most likely tokens whose probability reaches
       top_p (1: all), nucleus sampling; ties at the cut are all kept.
+    proposals: static, one of PROPOSAL_RULES: blockwise sampling's
+      proposals drawn from the drafter's warped q ('draw') or its most
+      likely tokens ('argmax', a point-mass q); see the module docstring.
   """
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
+  proposals: str = dataclasses.field(default='draw',
+                                     metadata=dict(static=True))
 
   @classmethod
   def from_spec(cls, spec: str) -> 'Sampler':
-    """Parses 'greedy' or 'temperature=T[,top_k=K][,top_p=P]' (configs,
-    flags); omitted fields keep their defaults."""
+    """Parses 'greedy' or 'temperature=T[,top_k=K][,top_p=P]
+    [,proposals=R]' (configs, flags); omitted fields keep their
+    defaults."""
     if spec == 'greedy':
       return cls(temperature=0.0)
     fields = {}
     for part in filter(None, spec.split(',')):
       name, _, value = part.partition('=')
+      if name == 'proposals' and value:
+        fields[name] = value
+        continue
       if name not in ('temperature', 'top_k', 'top_p') or not value:
         raise ValueError(f"sampler {spec!r}: {part!r} is not "
-                         f"temperature=T, top_k=K or top_p=P.")
+                         f"temperature=T, top_k=K, top_p=P or "
+                         f"proposals=R.")
       try:
         fields[name] = int(value) if name == 'top_k' else float(value)
       except ValueError:
@@ -115,6 +140,8 @@ class Sampler:
       parts.append(f'top_k={self.top_k}')
     if self.top_p < 1:
       parts.append(f'top_p={self.top_p:g}')
+    if self.proposals != 'draw':
+      parts.append(f'proposals={self.proposals}')
     return ','.join(parts)
 
   @property
@@ -134,6 +161,9 @@ class Sampler:
     if not (numeric.is_finite(self.top_p) and 0 < self.top_p <= 1):
       raise ValueError(f'top_p={self.top_p!r} must be in (0, 1] (1: no '
                        f'cut).')
+    if self.proposals not in PROPOSAL_RULES:
+      raise ValueError(f'proposals={self.proposals!r} is not one of '
+                       f'{PROPOSAL_RULES}.')
 
   def log_probs(self, logits: jax.Array) -> jax.Array:
     """[..., vocab] logits -> the warped distribution's log-probabilities
@@ -237,8 +267,8 @@ class SampledBlock:
   Attributes:
     tokens: [batch, k] the last accepted token, then the proposals.
     log_q: [batch, k - 1, vocab] the warped log-distributions the proposals
-      were drawn from ([batch, k - 1, 1] under typical acceptance, which
-      takes the heads' argmax).
+      were drawn from (a point mass for argmax proposals; [batch, k - 1,
+      1] under typical acceptance, which takes the heads' argmax).
   """
   tokens: jax.Array
   log_q: jax.Array
@@ -314,14 +344,16 @@ def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
   heads 2..k's proposals, with the log-distributions they were drawn from;
   the cache). The other arguments are `prompt_lib.draft`'s.
 
-  The rejection rule draws proposals from the warped heads; typical
+  The rejection rule draws proposals from the warped heads, or takes
+  their argmax (sampler.proposals 'argmax': a point-mass q); typical
   acceptance takes their argmax (its log_q is unused).
   """
   token = ops.take_at(next_tokens, last)
   if k == 1:
     return SampledBlock(token[:, None],
                         jnp.zeros((token.shape[0], 0, 1))), cache
-  if isinstance(criterion, criteria_lib.Typical):
+  typical = isinstance(criterion, criteria_lib.Typical)
+  if typical or sampler.proposals == 'argmax':
     choose = lambda index, logits: prompt_lib.argmax(logits)
   else:
     # Dependent heads draw position by position: each its own key.
@@ -330,12 +362,24 @@ def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
             keys, index), sampler.log_probs(logits))
   proposals, logits, cache = prompt_lib.draft(
       fns, cache, features, next_tokens, start, last, choose)
-  if isinstance(criterion, criteria_lib.Typical):
+  if typical:
     log_q = jnp.zeros(logits.shape[:2] + (1,))
   else:
-    log_q = sampler.log_probs(logits)  # [batch, k - 1, vocab]
+    log_q = proposal_log_q(sampler, proposals, logits)
   return SampledBlock(jnp.concatenate([token[:, None], proposals], axis=1),
                       log_q), cache
+
+
+def proposal_log_q(sampler: Sampler, proposals: jax.Array,
+                   logits: jax.Array) -> jax.Array:
+  """[batch, k - 1, vocab] the log-distribution each proposal [batch,
+  k - 1] was chosen from: the warped drafter's (`logits` [batch, k - 1,
+  vocab]) for drawn proposals, a point mass at the token (0 there, -inf
+  elsewhere) for argmax ones."""
+  if sampler.proposals == 'argmax':
+    return jnp.where(jax.nn.one_hot(proposals, logits.shape[-1], dtype=bool),
+                     0.0, -jnp.inf)
+  return sampler.log_probs(logits)
 
 
 def accepted_proposals(log_p_x, log_q_x, uniform) -> jax.Array:

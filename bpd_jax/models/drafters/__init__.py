@@ -7,7 +7,7 @@ REGISTRY; `TransformerConfig.head_layer` names it.
 """
 
 from bpd_jax.models.drafters import base
-from bpd_jax.models.drafters.block import BlockDrafter
+from bpd_jax.models.drafters.block import BlockDrafter, CorrectedBlockDrafter
 from bpd_jax.models.drafters.draft_layer import AutoregressiveDrafter
 from bpd_jax.models.drafters.paper_heads import IndependentHeads, JointHeads
 from bpd_jax.models.drafters.sequential import SequentialHeads
@@ -19,6 +19,8 @@ REGISTRY: dict[str, type[base.Drafter]] = {
     'sequential': SequentialHeads,  # Each head reads the previous token.
     'autoregressive': AutoregressiveDrafter,  # A draft layer (EAGLE).
     'block': BlockDrafter,  # The whole block in one pass (DFlash).
+    # The same, each proposal then corrected by the token before (DSpark).
+    'block_corrected': CorrectedBlockDrafter,
 }
 NAMES = tuple(REGISTRY)
 

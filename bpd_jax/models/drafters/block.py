@@ -215,3 +215,75 @@ class BlockDrafter(base.Drafter):
     out = self.run(anchors, (accepted + 1)[:, None], k, entries, visible,
                    None, view.source, view.embed)
     return out[:, 0, 1:], tuple(entries)
+
+
+class CorrectedBlockDrafter(BlockDrafter):
+  """The block drafter with a sequential correction (after DSpark's
+  semi-autoregressive head): block position j's state s_j, then
+  c_j = s_j + FFN([s_j; e(x_{j-1})]), x_{j-1} the token chosen at the
+  position before (head 1's at the first): one small step a head, so
+  that each proposal knows the one before it. One feed-forward layer
+  (`correction`, head_hidden units) serves every position; the block
+  pass stays one pass."""
+  dependent = True
+  tensor_rules = BlockDrafter.tensor_rules + (
+      (r'correction/(w_in|b_in)', (..., T)),
+      (r'correction/w_out', (T, None)),
+  )
+
+  def __init__(self, config, *, rngs: nnx.Rngs):
+    super().__init__(config, rngs=rngs)
+    self.correction = Correction(config.d_model,
+                                 config.head_hidden or config.d_ff,
+                                 jnp.dtype(config.param_dtype), rngs)
+
+  def states(self, view, first, count, rows=None):
+    states = super().states(view, 0, first + count, rows)
+    if first + count == 1:
+      return states[:, :, first:]
+    batch, length = view.hidden.shape[:2]
+    if rows is None:
+      rows = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    needed = first + count - 1
+    tokens = jnp.take_along_axis(view.next_tokens[..., :needed],
+                                 rows[..., None], axis=1)
+    previous = view.embed(tokens)  # [b, n, needed, d]: x_0 .. x_{j-1}.
+    corrected = [states[:, :, 0]]
+    for index in range(needed):
+      token = (previous[:, :, index] if view.feed is None or index == 0
+               else view.feed(index, corrected[-1]))
+      corrected.append(self.correction(states[:, :, index + 1], token))
+    return jnp.stack(corrected, axis=2)[:, :, first:]
+
+  def draft_tokens(self, view, choose, k):
+    states, cache = self.proposal_states(view, k)
+    previous = ops.take_at(view.next_tokens, view.last)
+    proposals, logits = [], []
+    for index in range(k - 1):
+      state = self.correction(states[:, index], view.embed(previous))
+      logits.append(view.project(state))
+      previous = choose(index, logits[-1])
+      proposals.append(previous)
+    return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
+
+
+class Correction(nnx.Module):
+  """s + FFN([s; e]): a state corrected by the embedding of the token
+  before it (w_in [2 * d_model, hidden], w_out [hidden, d_model])."""
+
+  def __init__(self, d_model: int, hidden: int, param_dtype,
+               rngs: nnx.Rngs):
+    init = nnx.initializers.lecun_normal()
+    self.w_in = nnx.Param(init(rngs.params(), (2 * d_model, hidden),
+                               param_dtype))
+    self.b_in = nnx.Param(jnp.zeros((hidden,), param_dtype))
+    # Zero: the correction starts as the block drafter's own states.
+    self.w_out = nnx.Param(jnp.zeros((hidden, d_model), param_dtype))
+    self.b_out = nnx.Param(jnp.zeros((d_model,), param_dtype))
+
+  def __call__(self, state: jax.Array, previous: jax.Array) -> jax.Array:
+    x = jnp.concatenate([state, previous.astype(state.dtype)], axis=-1)
+    hidden = jax.nn.relu(x @ self.w_in[...].astype(state.dtype)
+                         + self.b_in[...].astype(state.dtype))
+    return state + (hidden @ self.w_out[...].astype(state.dtype)
+                    + self.b_out[...].astype(state.dtype))

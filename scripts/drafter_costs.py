@@ -1,0 +1,167 @@
+"""What one decoding call costs with each drafter, side by side, at a
+model's shape: T(k) and T(k) / T(1).
+
+    python scripts/drafter_costs.py --output_dir=/tmp/drafter_costs
+    python scripts/drafter_costs.py --shapes=llama-3.2-1b --ks=1,2,4,8 --output_dir=/tmp/drafter_costs_1b
+
+For each shape (SHAPES: the code LM's and Multi30k's models of
+configs/lm_demo.py and configs/multi30k.py, SmolLM2-135M's and
+Llama-3.2-1B's decoder-only Llama-family pieces; random weights in
+float32) and each drafter of --drafters, a model with that drafter and k =
+max(--ks) heads; T(k) is the seconds of one call of block size k as the
+decoding loop makes it (the base scoring k positions, head 1 at all of
+them, the drafter's whole draft of heads 2..k: its serial steps, its cache
+writes; `bpd_jax.bench.step_costs`), at batch 1 with --prompt_len tokens
+of prompt and --max_len generated at most. A shape's drafters share its
+base weights (one seed); every (drafter, k) is measured once a round,
+the drafters' order rotated each round, over --rounds rounds, and its
+fastest round kept: the machine's drifts fall on every drafter alike.
+
+Outputs: drafter_costs.json (every figure, the settings, the machine) and
+drafter_costs.md (a table per shape: T(1) ms and T(k) / T(1) of each
+drafter) in --output_dir.
+"""
+
+import gc
+import os
+import platform
+
+from absl import app
+from absl import flags
+import jax
+import tabulate
+from flax import nnx
+
+from bpd_jax.bench import step_costs
+from bpd_jax.infra import atomic_files
+from bpd_jax.models import Transformer, TransformerConfig
+
+# TransformerConfig fields of each shape (the drafters' own fields apart).
+LLAMA = dict(num_encoder_layers=0, norm='rms', feed_forward='gated',
+             activation='silu', positions='rotary', qkv_bias=False,
+             out_bias=False, ffn_bias=False, scale_embeddings=False,
+             layer_norm_epsilon=1e-5, pre_norm=True)
+SHAPES = {
+    # configs/lm_demo.py: a 2,000-piece vocabulary, decoder-only.
+    'code_lm': dict(vocab_size=2_000, d_model=128, d_ff=512, num_heads=4,
+                    num_encoder_layers=0, num_decoder_layers=2,
+                    head_hidden=256),
+    # configs/multi30k.py: a 4k vocabulary, 2 + 2 layers.
+    'multi30k': dict(vocab_size=4_000, d_model=256, d_ff=512, num_heads=4,
+                     num_encoder_layers=2, num_decoder_layers=2,
+                     head_hidden=256),
+    'smollm2-135m': dict(vocab_size=49_152, d_model=576, d_ff=1_536,
+                         num_heads=9, num_kv_heads=3, head_dim=64,
+                         num_decoder_layers=30, rope_theta=100_000.0,
+                         head_hidden=576, **LLAMA),
+    'llama-3.2-1b': dict(vocab_size=128_256, d_model=2_048, d_ff=8_192,
+                         num_heads=32, num_kv_heads=8, head_dim=64,
+                         num_decoder_layers=16, rope_theta=500_000.0,
+                         head_hidden=2_048, **LLAMA),
+    'tiny': dict(vocab_size=64, d_model=32, d_ff=64, num_heads=4,
+                 num_encoder_layers=1, num_decoder_layers=2,
+                 head_hidden=32),
+}
+DRAFTERS = ('independent', 'autoregressive', 'block', 'block_corrected')
+
+_SHAPES = flags.DEFINE_list('shapes', ['code_lm', 'multi30k'],
+                            f'Shapes to measure, of {sorted(SHAPES)}.')
+_DRAFTERS = flags.DEFINE_list('drafters', list(DRAFTERS),
+                              'Drafters (model.head_layer names).')
+_KS = flags.DEFINE_list('ks', ['1', '2', '4', '8'],
+                        'Block sizes; 1 (greedy) is always measured.')
+_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Interleaved rounds.')
+_PROMPT_LEN = flags.DEFINE_integer('prompt_len', 32,
+                                   'Prompt (or source) tokens.')
+_MAX_LEN = flags.DEFINE_integer('max_len', 64, 'Tokens a decode generates '
+                                'at most (the cache size).')
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Where the report '
+                                  'goes.', required=True)
+
+
+def model_of(shape: str, drafter: str, k: int) -> Transformer:
+  """A random float32 model of the shape with `drafter`'s k heads. An
+  encoder-decoder's draft layer and block drafter read the source through
+  the base's keys and values; the block drafter reads the base's lowest
+  and middle decoder layers beside the top (configs/base.py's `drafter`),
+  the draft layer the top alone (as its measured runs)."""
+  fields = dict(SHAPES[shape])
+  below_top = fields['num_decoder_layers'] - 1
+  block = drafter in ('block', 'block_corrected')
+  features = ()
+  if block:
+    features = tuple(sorted({0, (below_top - 1) // 2} & set(range(below_top))))
+  reads_source = block or drafter == 'autoregressive'
+  source = 'base' if reads_source and fields['num_encoder_layers'] else 'none'
+  config = TransformerConfig(
+      **fields, num_proposal_heads=k, head_layer=drafter,
+      draft_feature_layers=features, draft_source=source, dropout_rate=0.0,
+      max_source_len=_PROMPT_LEN.value + 1,
+      max_target_len=_PROMPT_LEN.value + _MAX_LEN.value + k)
+  return Transformer(config, rngs=nnx.Rngs(0))
+
+
+def measure(shape: str, drafters, ks, rounds: int, prompt_len: int,
+            max_len: int, progress=print) -> list[dict]:
+  """One row per drafter: T(1) ms and T(k) / T(1) for each k (the fastest
+  of `rounds` interleaved rounds)."""
+  best = {(d, k): float('inf') for d in drafters for k in ks}
+  for round_ in range(rounds):
+    shift = round_ % len(drafters)
+    for drafter in drafters[shift:] + drafters[:shift]:
+      model = model_of(shape, drafter, max(ks))
+      for k in ks:
+        seconds = step_costs.measure(model, batch_size=1,
+                                     source_len=prompt_len, max_len=max_len,
+                                     k=k, repeats=1)
+        best[drafter, k] = min(best[drafter, k], seconds)
+      progress(f'{shape} round {round_ + 1}: {drafter} ' + ' '.join(
+          f'T({k})={1000 * best[drafter, k]:.2f}ms' for k in ks))
+      del model
+      gc.collect()
+      jax.clear_caches()
+  rows = []
+  for drafter in drafters:
+    t1 = best[drafter, 1]
+    row = dict(shape=shape, drafter=drafter, t1_ms=1000.0 * t1)
+    row.update({f'T({k})/T(1)': best[drafter, k] / t1 for k in ks if k > 1})
+    rows.append(row)
+  return rows
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(_SHAPES.value) - set(SHAPES))
+  if unknown:
+    raise app.UsageError(f'--shapes: {unknown} not of {sorted(SHAPES)}.')
+  ks = sorted({1, *(int(k) for k in _KS.value)})
+  settings = dict(shapes=_SHAPES.value, drafters=_DRAFTERS.value, ks=ks,
+                  rounds=_ROUNDS.value, prompt_len=_PROMPT_LEN.value,
+                  max_len=_MAX_LEN.value)
+  rows = []
+  with jax.default_device(jax.devices('cpu')[0]):
+    for shape in _SHAPES.value:
+      rows += measure(shape, _DRAFTERS.value, ks, _ROUNDS.value,
+                      _PROMPT_LEN.value, _MAX_LEN.value)
+  report = dict(settings=settings, rows=rows,
+                machine=dict(cpu=platform.processor() or platform.machine(),
+                             cores=os.cpu_count(),
+                             jax=jax.__version__))
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  atomic_files.write_json(os.path.join(_OUTPUT_DIR.value,
+                                       'drafter_costs.json'), report,
+                          indent=2)
+  tables = []
+  for shape in _SHAPES.value:
+    shown = [{key: value for key, value in row.items() if key != 'shape'}
+             for row in rows if row['shape'] == shape]
+    tables.append(f'## {shape}\n\n' + tabulate.tabulate(
+        shown, headers='keys', tablefmt='github', floatfmt='.2f'))
+  text = '\n\n'.join(tables) + '\n'
+  atomic_files.write_text(os.path.join(_OUTPUT_DIR.value,
+                                       'drafter_costs.md'), text)
+  print(text)
+
+
+if __name__ == '__main__':
+  app.run(main)
