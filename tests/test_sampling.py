@@ -208,18 +208,24 @@ def test_a_wrong_acceptance_rule_fails_the_same_test(monkeypatch):
     del log_q_x
     return uniform < jnp.exp(log_p_x)  # P(x == draw) = p(x)
 
-  model = tiny_model('independent')
-  sampler = SAMPLERS[0]
+  assert p_value_of_a_wrong_rule(monkeypatch, 'accepted_proposals',
+                                 equals_a_draw_from_p, 'independent',
+                                 SAMPLERS[0]) < 1e-10
+
+
+def p_value_of_a_wrong_rule(monkeypatch, name, replacement, head_layer,
+                            sampler):
+  """The chi-square p-value of samples drawn with sampling.NAME replaced."""
+  model = tiny_model(head_layer)
   exact = exact_distribution(model, sampler)
   jax.clear_caches()  # Compiled decodes hold the real rule.
-  monkeypatch.setattr(sampling, 'accepted_proposals', equals_a_draw_from_p)
+  monkeypatch.setattr(sampling, name, replacement)
   try:
-    wrong = chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
-                               exact)
+    return chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
+                              exact)
   finally:
     monkeypatch.undo()
     jax.clear_caches()
-  assert wrong < 1e-10, wrong
 
 
 @pytest.mark.parametrize('k,head_layer', [
@@ -242,20 +248,10 @@ def test_argmax_proposals_have_the_base_models_distribution(k, head_layer):
 def test_argmax_proposals_with_the_drafters_q_fail_the_test(monkeypatch):
   # Argmax proposals verified as if drawn from the drafter's q (the
   # point mass forgotten): they are over-accepted.
-  model = tiny_model('block')
-  sampler = decoding.Sampler(1.0, proposals='argmax')
-  exact = exact_distribution(model, sampler)
-  jax.clear_caches()  # Compiled decodes hold the real rule.
-  monkeypatch.setattr(sampling, 'proposal_log_q',
-                      lambda sampler, proposals, logits:
-                      sampler.log_probs(logits))
-  try:
-    wrong = chi_square_p_value(outcomes(sample_many(model, sampler, 3)),
-                               exact)
-  finally:
-    monkeypatch.undo()
-    jax.clear_caches()
-  assert wrong < 1e-10, wrong
+  drafters_q = lambda sampler, proposals, logits: sampler.log_probs(logits)
+  assert p_value_of_a_wrong_rule(
+      monkeypatch, 'proposal_log_q', drafters_q, 'block',
+      decoding.Sampler(1.0, proposals='argmax')) < 1e-10
 
 
 def test_same_key_same_samples_and_an_example_alone_samples_the_same():

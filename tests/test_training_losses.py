@@ -51,7 +51,8 @@ def setup():
 # Compiled once per set of heads: eager, the draws below took half a minute.
 heads_loss = nnx.jit(losses.heads_loss, static_argnames=(
     'first', 'count', 'label_smoothing', 'random_head', 'head1_weight',
-    'input_dropout', 'position_fraction', 'head_targets', 'draft_inputs'))
+    'input_dropout', 'position_fraction', 'head_targets', 'draft_inputs',
+    'loss_decay'))
 
 
 def loss(model, batch, first, count, random_head=False, head_key=None):
@@ -122,6 +123,22 @@ def test_dropout_key_changes_the_loss_only_when_given():
                        random_head=False, dropout_key=jax.random.key(3),
                        head_key=jax.random.key(0))[0]
   assert float(dropped) != float(plain)
+
+
+def test_heads_after_head1_decay_with_their_distance():
+  decay = np.exp(-np.arange(3) / 2.0)
+  np.testing.assert_allclose(losses.head_weights(1, 3, 0.0, decay=2.0),
+                             decay / decay.sum(), rtol=1e-6)
+  # Head 1 keeps its weight; heads 2.. share the rest by the decay.
+  np.testing.assert_allclose(losses.head_weights(0, 4, 0.7, decay=2.0),
+                             [0.7, *(0.3 * decay / decay.sum())], rtol=1e-6)
+  model, batch = setup()
+  singles = [float(loss(model, batch, h, 1)[0]) for h in range(1, 4)]
+  decayed, _ = heads_loss(
+      model, batch, first=1, count=3, label_smoothing=0.1, random_head=False,
+      dropout_key=None, head_key=jax.random.key(0), loss_decay=2.0)
+  np.testing.assert_allclose(float(decayed),
+                             np.dot(decay / decay.sum(), singles), rtol=1e-5)
 
 
 def test_head1_weight_in_fine_tuning():

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from bpd_jax.infra import token_ids
@@ -77,16 +78,18 @@ def head_weights(first: int, count: int, head1_weight: float,
   the heads after head 1 share theirs in proportion to exp(-(i - 2) /
   decay), head i (1-based): a draft is accepted up to its first miss, so
   its early heads count most (DFlash's weighting of a block's positions).
+  Python numbers (a config's), computed in float64 and rounded once.
   """
-  heads = first + jnp.arange(count)  # 0-based.
-  share = jnp.ones((count,))
-  if decay > 0:
-    share = jnp.exp(-jnp.maximum(heads - 1, 0) / decay)
+  heads = first + np.arange(count)  # 0-based.
+  share = (np.exp(-np.maximum(heads - 1, 0) / decay) if decay > 0
+           else np.ones(count))
   if first == 0 and count > 1 and head1_weight > 0:
-    later = share.at[0].set(0.0)
-    return (1.0 - head1_weight) * later / later.sum() + jnp.where(
-        heads == 0, head1_weight, 0.0)
-  return share / share.sum()
+    share[0] = 0.0
+    weights = (1.0 - head1_weight) * share / share.sum()
+    weights[0] = head1_weight
+  else:
+    weights = share / share.sum()
+  return jnp.asarray(weights, jnp.float32)
 
 
 def heads_loss(model, batch: dict, *, first: int, count: int,

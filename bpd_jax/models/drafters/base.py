@@ -77,6 +77,16 @@ class HeadWeights:
   base_first: bool = dataclasses.field(metadata=dict(static=True))
 
 
+def parameter_makers(config, rngs: nnx.Rngs):
+  """(random, zeros): random(*shape) a LeCun-normal parameter, zeros(*shape)
+  a zero one, in config.param_dtype (a feed-forward head's weights and
+  biases)."""
+  init = nnx.initializers.lecun_normal()
+  dtype = jnp.dtype(config.param_dtype)
+  return (lambda *shape: nnx.Param(init(rngs.params(), shape, dtype)),
+          lambda *shape: nnx.Param(jnp.zeros(shape, dtype)))
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingView:
   """What a drafter reads of a full-sequence pass (training, analysis).

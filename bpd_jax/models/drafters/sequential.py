@@ -42,10 +42,7 @@ class SequentialHeads(base.Drafter):
     if n == 0:
       return
     d_model, hidden = config.d_model, config.head_hidden or config.d_ff
-    init = nnx.initializers.lecun_normal()
-    param_dtype = jnp.dtype(config.param_dtype)
-    p = lambda *shape: nnx.Param(init(rngs.params(), shape, param_dtype))
-    z = lambda *shape: nnx.Param(jnp.zeros(shape, param_dtype))
+    p, z = base.parameter_makers(config, rngs)
     self.w_in, self.b_in = p(n, 2 * d_model, hidden), z(n, hidden)
     self.w_out, self.b_out = p(n, hidden, d_model), z(n, d_model)
 
