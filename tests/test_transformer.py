@@ -462,7 +462,13 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
     # layer reading the source through a base's grouped keys and values.
     ('sequential', False, True, llama_like.LLAMA),
     ('autoregressive', True, True, dict(**llama_like.QWEN2,
-                                        draft_source='base'))])
+                                        draft_source='base')),
+    # The block drafter with its correction: one pass, then a step a head.
+    ('block_corrected', True, True, {}),
+    ('block_corrected', False, True, dict(draft_source='base',
+                                          draft_feature_layers=(0,))),
+    ('block_corrected', True, True, dict(**llama_like.LLAMA,
+                                         block_layers=2))])
 def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
     head_layer, tie_output, scale_embeddings, drafter):
   """A draft made head after head through the cache equals the
@@ -511,7 +517,7 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
   check(cache, 3, 4, 1)  # Overwrites them; drafts after position 4.
   with pytest.raises(ValueError, match='pass next_tokens'):
     model.head_states(outputs, 1, 3)
-  with pytest.raises(TypeError, match='call draft_tokens'):
+  with pytest.raises(TypeError, match='call Transformer.draft'):
     model.proposal_logits(cache, features[:, :4], inputs[:, 1:5],
                           jnp.zeros((3,), jnp.int32),
                           jnp.zeros((3,), jnp.int32), 3)

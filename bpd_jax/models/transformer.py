@@ -387,6 +387,10 @@ class Transformer(nnx.Module):
     Returns:
       (logits [batch, k - 1, vocab_size], the updated cache).
     """
+    if self.heads.dependent:
+      raise TypeError(f'{self.config.head_layer!r} heads read each other\'s '
+                      f'proposals: their draft is made head after head, '
+                      f'not in one pass; call Transformer.draft.')
     if weights is None:
       weights = self.decoding_weights(k)
     view = self._decode_view(cache, features, next_tokens, start, last,
