@@ -17,6 +17,7 @@ base weights (one seed); every (drafter, k) is measured once a round,
 the drafters' order rotated each round, over --rounds rounds, and its
 fastest round kept: the machine's drifts fall on every drafter alike.
 
+On the default device (an accelerator where there is one).
 Outputs: drafter_costs.json (every figure, the settings, the machine) and
 drafter_costs.md (a table per shape: T(1) ms and T(k) / T(1) of each
 drafter) in --output_dir.
@@ -35,6 +36,7 @@ from flax import nnx
 from bpd_jax.bench import step_costs
 from bpd_jax.infra import atomic_files
 from bpd_jax.models import Transformer, TransformerConfig
+from bpd_jax.models import drafters
 
 # TransformerConfig fields of each shape (the drafters' own fields apart).
 LLAMA = dict(num_encoder_layers=0, norm='rms', feed_forward='gated',
@@ -79,8 +81,9 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Where the report '
                                   'goes.', required=True)
 
 
-def model_of(shape: str, drafter: str, k: int) -> Transformer:
-  """A random float32 model of the shape with `drafter`'s k heads. An
+def config_of(shape: str, drafter: str, k: int, prompt_len: int,
+              max_len: int) -> TransformerConfig:
+  """The float32 model of the shape with `drafter`'s k heads. An
   encoder-decoder's draft layer and block drafter read the source through
   the base's keys and values; the block drafter reads the base's lowest
   and middle decoder layers beside the top (configs/base.py's `drafter`),
@@ -96,20 +99,20 @@ def model_of(shape: str, drafter: str, k: int) -> Transformer:
   config = TransformerConfig(
       **fields, num_proposal_heads=k, head_layer=drafter,
       draft_feature_layers=features, draft_source=source, dropout_rate=0.0,
-      max_source_len=_PROMPT_LEN.value + 1,
-      max_target_len=_PROMPT_LEN.value + _MAX_LEN.value + k)
-  return Transformer(config, rngs=nnx.Rngs(0))
+      max_source_len=prompt_len + 1, max_target_len=prompt_len + max_len + k)
+  return config
 
 
-def measure(shape: str, drafters, ks, rounds: int, prompt_len: int,
+def measure(shape: str, names, ks, rounds: int, prompt_len: int,
             max_len: int, progress=print) -> list[dict]:
-  """One row per drafter: T(1) ms and T(k) / T(1) for each k (the fastest
-  of `rounds` interleaved rounds)."""
-  best = {(d, k): float('inf') for d in drafters for k in ks}
+  """One row per drafter of `names`: T(1) ms and T(k) / T(1) for each k
+  (the fastest of `rounds` interleaved rounds)."""
+  best = {(d, k): float('inf') for d in names for k in ks}
   for round_ in range(rounds):
-    shift = round_ % len(drafters)
-    for drafter in drafters[shift:] + drafters[:shift]:
-      model = model_of(shape, drafter, max(ks))
+    shift = round_ % len(names)
+    for drafter in names[shift:] + names[:shift]:
+      model = Transformer(config_of(shape, drafter, max(ks), prompt_len,
+                                    max_len), rngs=nnx.Rngs(0))
       for k in ks:
         seconds = step_costs.measure(model, batch_size=1,
                                      source_len=prompt_len, max_len=max_len,
@@ -121,7 +124,7 @@ def measure(shape: str, drafters, ks, rounds: int, prompt_len: int,
       gc.collect()
       jax.clear_caches()
   rows = []
-  for drafter in drafters:
+  for drafter in names:
     t1 = best[drafter, 1]
     row = dict(shape=shape, drafter=drafter, t1_ms=1000.0 * t1)
     row.update({f'T({k})/T(1)': best[drafter, k] / t1 for k in ks if k > 1})
@@ -134,18 +137,24 @@ def main(argv):
   unknown = sorted(set(_SHAPES.value) - set(SHAPES))
   if unknown:
     raise app.UsageError(f'--shapes: {unknown} not of {sorted(SHAPES)}.')
+  unknown = sorted(set(_DRAFTERS.value) - set(drafters.NAMES))
+  if unknown:
+    raise app.UsageError(f'--drafters: {unknown} not of {drafters.NAMES}.')
+  if not all(k.isdigit() and int(k) >= 1 for k in _KS.value):
+    raise app.UsageError(f'--ks={",".join(_KS.value)}: block sizes are '
+                         'integers >= 1.')
   ks = sorted({1, *(int(k) for k in _KS.value)})
   settings = dict(shapes=_SHAPES.value, drafters=_DRAFTERS.value, ks=ks,
                   rounds=_ROUNDS.value, prompt_len=_PROMPT_LEN.value,
                   max_len=_MAX_LEN.value)
   rows = []
-  with jax.default_device(jax.devices('cpu')[0]):
-    for shape in _SHAPES.value:
-      rows += measure(shape, _DRAFTERS.value, ks, _ROUNDS.value,
-                      _PROMPT_LEN.value, _MAX_LEN.value)
+  for shape in _SHAPES.value:
+    rows += measure(shape, _DRAFTERS.value, ks, _ROUNDS.value,
+                    _PROMPT_LEN.value, _MAX_LEN.value)
   report = dict(settings=settings, rows=rows,
                 machine=dict(cpu=platform.processor() or platform.machine(),
                              cores=os.cpu_count(),
+                             device=jax.devices()[0].device_kind,
                              jax=jax.__version__))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   atomic_files.write_json(os.path.join(_OUTPUT_DIR.value,

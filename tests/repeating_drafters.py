@@ -2,6 +2,7 @@
 models, prone to repeating themselves, often accept: the tests of exact
 decoding then see long accepted blocks as well as rejections."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,11 +14,16 @@ def scale_heads(model, head_scale):
   layer: its attention and feed-forward outputs scaled and its input layer
   moved towards passing the base's feature through, so that at 0 it
   estimates the base's next feature by the current one. The block drafter:
-  moved towards `repeating_block`.
+  moved towards `repeating_block`; its correction's output, zero when
+  made, given random weights scaled by head_scale, so that it acts.
   """
-  if model.config.head_layer == 'block':
+  if model.config.head_layer in ('block', 'block_corrected'):
     if model.config.mixture is None:
       repeating_block(model, head_scale)
+    if model.config.head_layer == 'block_corrected':
+      w_out = model.heads.correction.w_out
+      w_out[...] = head_scale * jax.random.normal(
+          jax.random.key(0), w_out[...].shape, w_out[...].dtype)
     return
   if model.config.head_layer != 'autoregressive':
     model.heads.w_out[...] = model.heads.w_out[...] * head_scale

@@ -33,10 +33,10 @@ VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
 HEAD_LAYERS = ('independent', 'joint', 'sequential',
                'autoregressive', 'block')  # Every head type.
-# Every drafter: the head types, and the draft layer and the block
-# drafter reading the source (through the base's keys and values, or the
-# draft layer's own) or a lower layer too.
-DRAFTERS = HEAD_LAYERS + ('autoregressive:source=base',
+# Every drafter: the head types, the block drafter with its correction,
+# and the draft layer and the block drafter reading the source (through
+# the base's keys and values, or the draft layer's own) or a lower layer.
+DRAFTERS = HEAD_LAYERS + ('block_corrected', 'autoregressive:source=base',
                           'autoregressive:source=own',
                           'autoregressive:features=0',
                           'block:source=base', 'block:features=0')
@@ -330,6 +330,7 @@ def test_approximate_criteria_run_and_accept_more():
     *(pytest.param(8, drafter, 2, 'paper', marks=pytest.mark.slow)
       for drafter in DRAFTERS[len(HEAD_LAYERS):]),
     (8, 'autoregressive:features=0', 0, 'paper'),  # Decoder-only, lower layer.
+    (8, 'block_corrected', 0, 'paper'),
     (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
     (3, 'autoregressive:source=own', 2, 'paper'),
     # Every head type on a Llama-family base (decoder-only, as the family
@@ -364,7 +365,8 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
       assert_same_or_near_tie(model, inputs, reference, result)
       assert float(result.mean_block_size) > 1.0
       # The new drafters and bases verified as trees too.
-      if ':' in head_layer or architecture != 'paper':
+      if ':' in head_layer or head_layer == 'block_corrected' or (
+          architecture != 'paper'):
         tree = Tree.from_widths((2, 2), k - 1)
         assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
             model, inputs, k=k, max_len=20, tree=tree))

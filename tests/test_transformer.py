@@ -284,7 +284,8 @@ def test_paper_sizes():
     ('draft_feature_layers', (0,), r"draft_feature_layers=\(0,\) are read "
      "by the draft layer and the block drafter; head_layer='independent'"),
     ('head_layer', 'medusa', r"head_layer='medusa' is not one of \("
-     r"'independent', 'joint', 'sequential', 'autoregressive', 'block'\)"),
+     r"'independent', 'joint', 'sequential', 'autoregressive', 'block', "
+     r"'block_corrected'\)"),
     ('block_layers', 0, 'block_layers=0 must be an integer >= 1'),
     ('norm', 'batch', r"norm='batch' is not one of \('layer', 'rms'\)"),
     ('feed_forward', 'glu', r"feed_forward='glu' is not one of "
