@@ -30,7 +30,11 @@
 # the script: PARTS=trained QUICK=1 takes a few minutes on 2 cores, the
 # random base-size models an hour; XLA_FLAGS=
 # --xla_force_host_platform_device_count=8 gives the sharded part 8 CPU
-# devices).
+# devices). PARTS=costs: scripts/drafter_costs.py, T(k)/T(1) of each
+# drafter's call at the code LM's, Multi30k's, SmolLM2-135M's and
+# Llama-3.2-1B's shapes for k up to 16 (cut at COSTS_TIMEOUT seconds,
+# default 300; into OUT/drafter_costs; QUICK=1: the tiny shape), after
+# the trained runs.
 set -uo pipefail
 if [ "$#" -ne 3 ]; then
   echo "usage: $0 DATA RUNS OUT" >&2
@@ -70,7 +74,7 @@ BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
            --config.model.num_decoder_layers=6
            --config.model.head_hidden=512
            --config.task.vocab_path="$RUNS/base/vocab.model")
-PARTS=${PARTS:-random trained sharded}
+PARTS=${PARTS:-random trained costs sharded}
 [[ " $PARTS " == *" random "* ]] &&
 for heads in independent sequential autoregressive block; do
   bench "random_base_$heads" "heads=$heads" --init=random \
@@ -93,6 +97,16 @@ for run in base: sequential:heads=sequential \
     bench "$name" "init_from=$RUNS/base,$options" --workdir="$RUNS/$name"
   fi
 done
+
+if [[ " $PARTS " == *" costs "* ]]; then
+  echo "== drafter_costs $(date +%H:%M:%S)" | tee -a "$LOG"
+  SHAPES=code_lm,multi30k,smollm2-135m,llama-3.2-1b
+  [ "${QUICK:-0}" = 1 ] && SHAPES=tiny
+  timeout "${COSTS_TIMEOUT:-300}" python scripts/drafter_costs.py \
+      --shapes=$SHAPES --ks=1,2,4,8,12,16 \
+      --output_dir="$OUT/drafter_costs" >> "$LOG" 2>&1
+  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+fi
 
 if [[ " $PARTS " == *" sharded "* ]]; then
   if [ "$DEVICES" -lt 2 ]; then

@@ -65,3 +65,24 @@ def test_the_sharded_part_needs_several_devices(tmp_path):
   assert 'Error' not in logs[1]
   assert '== base_sharded' in logs[8] and 'skipped' not in logs[8]
   assert f'no checkpoints in {runs}/base' in logs[8]
+
+
+@pytest.mark.slow
+def test_the_costs_part_measures_every_drafter(tmp_path):
+  """PARTS=costs QUICK=1: scripts/drafter_costs.py at the tiny shape, its
+  table written beside the log."""
+  data, runs = fake_run(tmp_path)
+  out = tmp_path / 'out'
+  result = subprocess.run(
+      ['bash', SCRIPT, data, runs, str(out)], cwd=ROOT, capture_output=True,
+      text=True, timeout=900,
+      env={**os.environ, 'PARTS': 'costs', 'QUICK': '1',
+           'JAX_PLATFORMS': 'cpu'})
+  assert result.returncode == 0, result.stderr
+  log = (out / 'bench.log').read_text()
+  assert '== drafter_costs' in log and 'exit 0' in log, log
+  table = (out / 'drafter_costs' / 'drafter_costs.md').read_text()
+  for drafter in ('independent', 'autoregressive', 'block',
+                  'block_corrected'):
+    assert f'| {drafter} ' in table
+  assert 'T(16)/T(1)' in table

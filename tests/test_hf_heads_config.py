@@ -71,7 +71,8 @@ def assert_base_is_the_checkpoints(model, folder):
 
 
 @pytest.mark.parametrize('folder,heads', [
-    (TINY_LLAMA3, 'sequential'), (TINY_LLAMA3, 'block'),
+    (TINY_LLAMA3, 'block'),
+    pytest.param(TINY_LLAMA3, 'sequential', marks=pytest.mark.slow),
     pytest.param(TINY_GPT2, 'sequential', marks=pytest.mark.slow)])
 def test_heads_train_on_the_frozen_base_and_decode_exactly(folder, heads,
                                                            code_folder,

@@ -144,7 +144,8 @@ def sample_many(model, sampler, k, key=0):
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
     (3, 'autoregressive'), (3, 'autoregressive:source=base'),
-    (3, 'block'), (4, 'block:source=base'),
+    (4, 'block:source=base'),
+    pytest.param(3, 'block', marks=pytest.mark.slow),
     pytest.param(3, 'autoregressive:source=own', marks=pytest.mark.slow),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'sequential', marks=pytest.mark.slow),
@@ -229,8 +230,9 @@ def p_value_of_a_wrong_rule(monkeypatch, name, replacement, head_layer,
 
 
 @pytest.mark.parametrize('k,head_layer', [
-    (3, 'block'), (4, 'independent'), (3, 'sequential'),
-    (3, 'autoregressive:source=base'),
+    (3, 'block'), (3, 'sequential'),
+    pytest.param(4, 'independent', marks=pytest.mark.slow),
+    pytest.param(3, 'autoregressive:source=base', marks=pytest.mark.slow),
     pytest.param(4, 'block@llama', marks=pytest.mark.slow)])
 def test_argmax_proposals_have_the_base_models_distribution(k, head_layer):
   """The drafter's most likely tokens as proposals (a point-mass q: each
