@@ -66,20 +66,6 @@ SHAPES = {
 }
 DRAFTERS = ('independent', 'autoregressive', 'block', 'block_corrected')
 
-_SHAPES = flags.DEFINE_list('shapes', ['code_lm', 'multi30k'],
-                            f'Shapes to measure, of {sorted(SHAPES)}.')
-_DRAFTERS = flags.DEFINE_list('drafters', list(DRAFTERS),
-                              'Drafters (model.head_layer names).')
-_KS = flags.DEFINE_list('ks', ['1', '2', '4', '8'],
-                        'Block sizes; 1 (greedy) is always measured.')
-_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Interleaved rounds.')
-_PROMPT_LEN = flags.DEFINE_integer('prompt_len', 32,
-                                   'Prompt (or source) tokens.')
-_MAX_LEN = flags.DEFINE_integer('max_len', 64, 'Tokens a decode generates '
-                                'at most (the cache size).')
-_OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Where the report '
-                                  'goes.', required=True)
-
 
 def config_of(shape: str, drafter: str, k: int, prompt_len: int,
               max_len: int) -> TransformerConfig:
@@ -132,45 +118,65 @@ def measure(shape: str, names, ks, rounds: int, prompt_len: int,
   return rows
 
 
+def _define_flags():
+  """The CLI's flags, defined only when run as a program (as the other
+  scripts': a test imports several of them into one process)."""
+  flags.DEFINE_list('shapes', ['code_lm', 'multi30k'],
+                    f'Shapes to measure, of {sorted(SHAPES)}.')
+  flags.DEFINE_list('drafters', list(DRAFTERS),
+                    'Drafters (model.head_layer names).')
+  flags.DEFINE_list('ks', ['1', '2', '4', '8'],
+                    'Block sizes; 1 (greedy) is always measured.')
+  flags.DEFINE_integer('rounds', 2, 'Interleaved rounds.')
+  flags.DEFINE_integer('prompt_len', 32, 'Prompt (or source) tokens.')
+  flags.DEFINE_integer('max_len', 64, 'Tokens a decode generates at most '
+                       '(the cache size).')
+  flags.DEFINE_string('output_dir', None, 'Where the report goes.')
+  flags.mark_flags_as_required(['output_dir'])
+
+
 def main(argv):
-  del argv
-  unknown = sorted(set(_SHAPES.value) - set(SHAPES))
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  options = flags.FLAGS
+  unknown = sorted(set(options.shapes) - set(SHAPES))
   if unknown:
     raise app.UsageError(f'--shapes: {unknown} not of {sorted(SHAPES)}.')
-  unknown = sorted(set(_DRAFTERS.value) - set(drafters.NAMES))
+  unknown = sorted(set(options.drafters) - set(drafters.NAMES))
   if unknown:
     raise app.UsageError(f'--drafters: {unknown} not of {drafters.NAMES}.')
-  if not all(k.isdigit() and int(k) >= 1 for k in _KS.value):
-    raise app.UsageError(f'--ks={",".join(_KS.value)}: block sizes are '
+  if not all(k.isdigit() and int(k) >= 1 for k in options.ks):
+    raise app.UsageError(f'--ks={",".join(options.ks)}: block sizes are '
                          'integers >= 1.')
-  ks = sorted({1, *(int(k) for k in _KS.value)})
-  settings = dict(shapes=_SHAPES.value, drafters=_DRAFTERS.value, ks=ks,
-                  rounds=_ROUNDS.value, prompt_len=_PROMPT_LEN.value,
-                  max_len=_MAX_LEN.value)
+  ks = sorted({1, *(int(k) for k in options.ks)})
+  settings = dict(shapes=options.shapes, drafters=options.drafters, ks=ks,
+                  rounds=options.rounds, prompt_len=options.prompt_len,
+                  max_len=options.max_len)
   rows = []
-  for shape in _SHAPES.value:
-    rows += measure(shape, _DRAFTERS.value, ks, _ROUNDS.value,
-                    _PROMPT_LEN.value, _MAX_LEN.value)
+  for shape in options.shapes:
+    rows += measure(shape, options.drafters, ks, options.rounds,
+                    options.prompt_len, options.max_len)
   report = dict(settings=settings, rows=rows,
                 machine=dict(cpu=platform.processor() or platform.machine(),
                              cores=os.cpu_count(),
                              device=jax.devices()[0].device_kind,
                              jax=jax.__version__))
-  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
-  atomic_files.write_json(os.path.join(_OUTPUT_DIR.value,
+  os.makedirs(options.output_dir, exist_ok=True)
+  atomic_files.write_json(os.path.join(options.output_dir,
                                        'drafter_costs.json'), report,
                           indent=2)
   tables = []
-  for shape in _SHAPES.value:
+  for shape in options.shapes:
     shown = [{key: value for key, value in row.items() if key != 'shape'}
              for row in rows if row['shape'] == shape]
     tables.append(f'## {shape}\n\n' + tabulate.tabulate(
         shown, headers='keys', tablefmt='github', floatfmt='.2f'))
   text = '\n\n'.join(tables) + '\n'
-  atomic_files.write_text(os.path.join(_OUTPUT_DIR.value,
+  atomic_files.write_text(os.path.join(options.output_dir,
                                        'drafter_costs.md'), text)
   print(text)
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)

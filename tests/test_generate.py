@@ -329,7 +329,8 @@ def test_approximate_criteria_run_and_accept_more():
     *((8, drafter, 2, 'paper') for drafter in HEAD_LAYERS),
     *(pytest.param(8, drafter, 2, 'paper', marks=pytest.mark.slow)
       for drafter in DRAFTERS[len(HEAD_LAYERS):]),
-    (8, 'autoregressive:features=0', 0, 'paper'),  # Decoder-only, lower layer.
+    pytest.param(8, 'autoregressive:features=0', 0, 'paper',  # Decoder-only,
+                 marks=pytest.mark.slow),  # a lower layer (property-drawn).
     (4, 'block_corrected', 0, 'paper'),
     (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
     (3, 'autoregressive:source=own', 2, 'paper'),
@@ -392,8 +393,8 @@ def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
     (2, 'independent'), (2, 'joint'), (2, 'sequential'),
-    (2, 'autoregressive:source=base'), (0, 'autoregressive'),
-    (0, 'block'),
+    (2, 'autoregressive:source=base'), (0, 'block'),
+    pytest.param(0, 'autoregressive', marks=pytest.mark.slow),
     pytest.param(2, 'block:source=base', marks=pytest.mark.slow)])
 def test_drafts_come_from_the_drafting_vocabulary(encoder_layers, head_layer):
   """Heads that repeat head 1's token draft only the drafting vocabulary's
