@@ -1,6 +1,8 @@
 """The block drafter: one pass over [token, mask, ...] with the base's
 features injected as context; decoding through its cache equals training."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -147,10 +149,11 @@ def test_the_loss_trains_no_head_past_a_blocks_length():
   batch = dict(source=jnp.asarray(rng.integers(3, 11, (2, 3))),
                target=jnp.asarray(rng.integers(3, 11, (2, 8))))
   for fraction in (1.0, 0.5):
-    _, metrics = losses.heads_loss(
-        model, batch, first=1, count=3, label_smoothing=0.0,
-        random_head=False, dropout_key=None, head_key=jax.random.key(1),
-        position_fraction=fraction)
+    # Compiled: op by op, the loss takes seconds.
+    loss = nnx.jit(functools.partial(
+        losses.heads_loss, first=1, count=3, label_smoothing=0.0,
+        random_head=False, dropout_key=None, position_fraction=fraction))
+    _, metrics = loss(model, batch, head_key=jax.random.key(1))
     tokens = np.asarray(metrics['tokens'])
     assert tokens[1] > 0 and (tokens[2:] == 0).all(), tokens
 

@@ -230,7 +230,8 @@ def p_value_of_a_wrong_rule(monkeypatch, name, replacement, head_layer,
 
 
 @pytest.mark.parametrize('k,head_layer', [
-    (3, 'block'), (3, 'sequential'),
+    (3, 'block'),
+    pytest.param(3, 'sequential', marks=pytest.mark.slow),
     pytest.param(4, 'independent', marks=pytest.mark.slow),
     pytest.param(3, 'autoregressive:source=base', marks=pytest.mark.slow),
     pytest.param(4, 'block@llama', marks=pytest.mark.slow)])

@@ -31,6 +31,7 @@ def test_every_shape_takes_every_drafter(shape):
         reads_source and config.num_encoder_layers > 0)
 
 
+@pytest.mark.slow  # Compiles a decoding call per drafter and k.
 def test_measure_gives_a_ratio_per_drafter_and_k():
   names = ['independent', 'block_corrected']
   lines = []
