@@ -99,10 +99,10 @@ def measure(shape: str, names, ks, rounds: int, prompt_len: int,
     for drafter in names[shift:] + names[:shift]:
       model = Transformer(config_of(shape, drafter, max(ks), prompt_len,
                                     max_len), rngs=nnx.Rngs(0))
-      for k in ks:
-        seconds = step_costs.measure(model, batch_size=1,
+      costs = step_costs.measure_all(model, ks, batch_size=1,
                                      source_len=prompt_len, max_len=max_len,
-                                     k=k, repeats=1)
+                                     repeats=1)
+      for k, seconds in costs.items():
         best[drafter, k] = min(best[drafter, k], seconds)
       progress(f'{shape} round {round_ + 1}: {drafter} ' + ' '.join(
           f'T({k})={1000 * best[drafter, k]:.2f}ms' for k in ks))
