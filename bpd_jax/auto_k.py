@@ -1,9 +1,10 @@
 """k='auto': the block size with the most expected tokens per second.
 
-`Auto` is that decode, as `decoding.DecodeOptions` is a fixed one:
-`generate.Decoder.decode(inputs, Auto(max_len, tuning))` decodes each batch
-shape with the `DecodeOptions` its tuning chooses (`Decoder.blockwise(...,
-k='auto', tuning=...)` is the same call).
+`AutoDecoder` decodes with it: `AutoDecoder(decoder, tuning).decode(inputs,
+max_len=...)` decodes each batch shape with the `decoding.DecodeOptions` its
+tuning chooses, timing the candidates' loops on this machine the first time
+a shape is seen (`calibrate`: explicit, so that a plain `generate.Decoder`
+never times anything).
 
 Blockwise decoding pays only where the accepted blocks outgrow the extra cost
 of a k-position call, and both sides move: T(k) depends on the machine and
@@ -65,6 +66,17 @@ def candidate_name(candidate) -> str:
   if isinstance(candidate, decoding.Tree):
     return candidate.spec
   return str(candidate)
+
+
+def candidate_options(candidate, *, max_len: int,
+                      criterion: decoding.Criterion
+                      ) -> decoding.DecodeOptions:
+  """The decode of a candidate: a k (1: greedy decoding) or a Tree."""
+  if isinstance(candidate, decoding.Tree):
+    return decoding.DecodeOptions(max_len=max_len, k=candidate.depth + 1,
+                                  criterion=criterion, tree=candidate)
+  return decoding.DecodeOptions(max_len=max_len, k=candidate,
+                                criterion=criterion)
 
 
 def _tokens(counts: np.ndarray) -> np.ndarray:
@@ -256,58 +268,75 @@ class AutoK:
     return tuning
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Auto:
-  """k='auto' as a decode: per batch shape, the k (1: greedy decoding) or
+class AutoDecoder:
+  """k='auto': decodes each batch shape with the k (1: greedy decoding) or
   Tree its tuning expects to be fastest on this machine.
 
-  Attributes:
-    max_len: most tokens generated per example.
-    tuning: the acceptance statistics and step costs (`tune_k`).
-    criterion: the verification criterion; the tuning's own.
-  """
-  max_len: int
-  tuning: AutoK
-  criterion: decoding.Criterion = decoding.Exact()
+  The choice needs this machine's step costs at the shape: `calibrate`
+  times one loop iteration of each candidate on the decoder
+  (`timing.loop_iteration_seconds`, seconds per shape) the first time a
+  shape is seen and keeps them in the tuning (`AutoK.step_costs`, saved
+  with it); `decode` calibrates a shape it has not seen.
 
-  def check(self) -> None:
-    """Raises ValueError where the tuning does not hold for this decode;
-    each chosen decode's own options are checked as any decode's."""
-    if not isinstance(self.tuning, AutoK):
+      tuning = auto_k.tune_k(decoder, calibration_inputs, max_len=64)
+      auto = auto_k.AutoDecoder(decoder, tuning)
+      result = auto.decode(inputs, max_len=64)
+      auto.options(*inputs.shape, max_len=64)  # What it decoded with.
+  """
+
+  def __init__(self, decoder, tuning: AutoK,
+               criterion: decoding.Criterion | None = None):
+    """Checks that the tuning holds for this decode.
+
+    Args:
+      decoder: the model's `generate.Decoder`.
+      tuning: the acceptance statistics and step costs (`tune_k`).
+      criterion: the verification criterion; None: the tuning's own (a
+        different one is refused: tune with the criterion you decode with).
+    """
+    if not isinstance(tuning, AutoK):
       raise ValueError("k='auto' needs tuning=auto_k.tune_k(decoder, "
                        "calibration_inputs, max_len=...).")
-    if not isinstance(self.criterion, decoding.Criterion):
-      raise ValueError(f'criterion={self.criterion!r} is not a '
+    if criterion is None:
+      criterion = decoding.from_spec(tuning.criterion)
+    if not isinstance(criterion, decoding.Criterion):
+      raise ValueError(f'criterion={criterion!r} is not a '
                        f'decoding.Criterion.')
-    if self.criterion.spec != self.tuning.criterion:
+    if criterion.spec != tuning.criterion:
       raise ValueError(f'the tuning holds for criterion '
-                       f'{self.tuning.criterion!r}, not '
-                       f'{self.criterion.spec!r}: tune with the criterion '
-                       f'you decode with.')
+                       f'{tuning.criterion!r}, not {criterion.spec!r}: '
+                       f'tune with the criterion you decode with.')
+    self.decoder, self.tuning, self.criterion = decoder, tuning, criterion
 
-  def options(self, candidate) -> decoding.DecodeOptions:
+  def candidate_options(self, candidate,
+                        max_len: int) -> decoding.DecodeOptions:
     """The decode of a candidate: a k (1: greedy decoding) or a Tree."""
-    if isinstance(candidate, decoding.Tree):
-      return decoding.DecodeOptions(max_len=self.max_len,
-                                    k=candidate.depth + 1,
-                                    criterion=self.criterion, tree=candidate)
-    return decoding.DecodeOptions(max_len=self.max_len, k=candidate,
-                                  criterion=self.criterion)
+    return candidate_options(candidate, max_len=max_len,
+                             criterion=self.criterion)
 
-  def choose(self, decoder, inputs) -> decoding.DecodeOptions:
-    """The options to decode `inputs` [batch, length] with; the first
-    time a shape is seen, each candidate's loop is timed on `decoder` (a
-    `generate.Decoder`, `timing.loop_iteration_seconds`)."""
-    batch_size, length = _shape(inputs)
-    return self.options(self.tuning.choose(
-        (batch_size, length, self.max_len),
+  def calibrate(self, batch_size: int, length: int, *,
+                max_len: int) -> decoding.DecodeOptions:
+    """The options to decode inputs [batch_size, length] with; the first
+    time a shape is seen, each candidate's loop is timed on the decoder."""
+    return self.candidate_options(self.tuning.choose(
+        (batch_size, length, max_len),
         lambda candidate: timing.loop_iteration_seconds(
-            decoder, self.options(candidate), batch_size, length)))
+            self.decoder, self.candidate_options(candidate, max_len),
+            batch_size, length)), max_len)
 
-  def chosen(self, batch_size: int, length: int) -> decoding.DecodeOptions:
-    """What `choose` decided for inputs of this shape."""
-    return self.options(self.tuning.chosen((batch_size, length,
-                                            self.max_len)))
+  def options(self, batch_size: int, length: int, *,
+              max_len: int) -> decoding.DecodeOptions:
+    """What `calibrate` chose for inputs of this shape (ValueError for a
+    shape it has not seen)."""
+    return self.candidate_options(
+        self.tuning.chosen((batch_size, length, max_len)), max_len)
+
+  def decode(self, inputs, *, max_len: int) -> decoding.DecodeResult:
+    """Decodes `inputs` [batch, length] with the options `calibrate`
+    chooses for their shape (calibrating a new shape first)."""
+    batch_size, length = _shape(inputs)
+    return self.decoder.decode(
+        inputs, self.calibrate(batch_size, length, max_len=max_len))
 
 
 def _shape(inputs) -> tuple[int, int]:

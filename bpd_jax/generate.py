@@ -16,6 +16,10 @@
     # The same decode, its options as one object (`decoding.DecodeOptions`).
     fast = decoder.decode(source, decoding.DecodeOptions(max_len=32, k=4))
 
+k='auto' (the block size expected to be fastest on this machine) is
+`auto_k.AutoDecoder`'s: it times the candidates' loops on this Decoder,
+which itself never times anything.
+
 `inputs` is the source for an encoder-decoder (decoding starts from bos_id)
 and the prompt for a decoder-only model; in both cases [batch, length] token
 ids, right-padded with pad_id (-1 for a model whose vocabulary has no pad
@@ -45,7 +49,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import rescorers
 from bpd_jax.infra import numeric
@@ -115,7 +118,7 @@ class Decoder:
     """Programs compiled for this model structure (to see recompiles)."""
     return self._decode._cache_size()  # pylint: disable=protected-access
 
-  def decode(self, inputs, options: decoding.DecodeOptions | auto_k.Auto,
+  def decode(self, inputs, options: decoding.DecodeOptions,
              *, rescorer=None, iterations=None,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
     """Decodes a batch as `options` say: the one path of every decode.
@@ -123,8 +126,7 @@ class Decoder:
     Args:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
-      options: the decode (k = 1: greedy decoding), or `auto_k.Auto`: the
-        options its tuning chooses for this batch shape.
+      options: the decode (k = 1: greedy decoding).
       rescorer: the model of the refinement's rescorer: an
         `rescorers.ngram.NgramModel` ('ngram') or a decoder-only
         Transformer on the same vocabulary ('neural'); None otherwise.
@@ -140,28 +142,40 @@ class Decoder:
       DecodeResult: tokens [batch, max_len] and per-example statistics;
       block_sizes has k + 1 columns.
     """
-    if isinstance(options, auto_k.Auto):
-      options.check()
-      options = options.choose(self, inputs)
+    arguments, named = self._arguments(inputs, options, rescorer,
+                                       iterations, key)
+    return self._decode(*arguments, **named)
+
+  def lower(self, inputs, options: decoding.DecodeOptions, *,
+            rescorer=None, key: int | jax.Array = 0):
+    """The decode's program lowered for these inputs (`jax.stages.Lowered`):
+    what `decode` runs with the same arguments, for XLA's cost and memory
+    analyses."""
+    arguments, named = self._arguments(inputs, options, rescorer, None, key)
+    return self._decode.lower(*arguments, **named)
+
+  def _arguments(self, inputs, options, rescorer, iterations, key):
+    """(positional, named) arguments of the compiled program for a decode:
+    the one list `decode` runs and `lower` lowers (an argument passed one
+    way here and another there would compile a second program)."""
     if not isinstance(options, decoding.DecodeOptions):
       raise ValueError(f'options={options!r} is not a '
-                       f'decoding.DecodeOptions or an auto_k.Auto.')
+                       f"decoding.DecodeOptions (k='auto': "
+                       f'auto_k.AutoDecoder).')
     inputs = self._checked(inputs, options)
-    arguments = structure = None
+    bound = structure = None
     if options.refinement is not None:
-      refinement, arguments, structure = rescorers.bind(
+      refinement, bound, structure = rescorers.bind(
           options.refinement, rescorer, vocab_size=self.config.vocab_size,
           start_id=self.config.bos_id)
       options = dataclasses.replace(options, refinement=refinement)
     elif rescorer is not None:
       raise ValueError('a rescorer was given without a refinement.')
     sampler, keys = self._sampling(options, inputs, key)
-    return self._decode(self._weights, self.layout(options.k), inputs,
-                        options=options.static(),
-                        rescorer_structure=structure, rescorer=arguments,
-                        iterations=_iteration_count(iterations),
-                        sampler=sampler, keys=keys,
-                        placement=self._placement)
+    return ((self._weights, self.layout(options.k), inputs),
+            dict(options=options.static(), rescorer_structure=structure,
+                 rescorer=bound, iterations=_iteration_count(iterations),
+                 sampler=sampler, keys=keys, placement=self._placement))
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
@@ -204,28 +218,25 @@ class Decoder:
     """
     return self.decode(inputs, decoding.DecodeOptions(max_len=max_len))
 
-  def blockwise(self, inputs, *, k: int | str, max_len: int,
+  def blockwise(self, inputs, *, k: int, max_len: int,
                 criterion: decoding.Criterion = decoding.Exact(),
                 min_block: int = 1,
-                tuning: auto_k.AutoK | None = None,
                 refinement: decoding.Refinement | None = None,
                 rescorer=None, sampler: decoding.Sampler | None = None,
                 key: int | jax.Array = 0,
                 tree: decoding.Tree | None = None) -> decoding.DecodeResult:
-    """Blockwise parallel decoding with the model's proposal heads.
+    """Blockwise parallel decoding with the model's proposal heads: `decode`
+    with the `decoding.DecodeOptions` these keywords make.
 
     Args:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
       k: block size, 1 <= k <= the model's num_proposal_heads (1: greedy
-        decoding); or 'auto': the k (or, tuned with tree sizes, the tree)
-        `tuning` expects to be fastest at this batch size on this machine,
-        greedy decoding where none pays (`auto_k.Auto`, `auto_k.tune_k`).
+        decoding). k='auto' is `auto_k.AutoDecoder(decoder, tuning)`.
       max_len: most tokens to generate per example.
       criterion: Exact() (output identical to greedy), TopK(t) or
         Distance(eps).
       min_block: l, the fewest tokens appended per call, 1 <= l <= k.
-      tuning: from `auto_k.tune_k`, for k='auto'.
       refinement: draft refinement (Kim et al. 2024): p drafts from the
         heads' top-t lattice verified per call; None: plain drafts.
       rescorer: the refinement's language model (see `decode`).
@@ -239,38 +250,16 @@ class Decoder:
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
-      block_sizes has k + 1 columns (for 'auto', of the k it chose).
+      block_sizes has k + 1 columns.
     """
-    if k == 'auto':  # The public spelling, made an `auto_k.Auto` here.
-      if refinement is not None or tree is not None:
-        raise ValueError("k='auto' does not take a refinement or a tree.")
-      if sampler is not None:
-        raise ValueError("k='auto' does not take a sampler: its tuning "
-                         "measures argmax acceptance.")
-      if min_block != 1:
-        raise ValueError(f"k='auto' takes min_block=1, not {min_block}.")
-      return self.decode(inputs, auto_k.Auto(max_len, tuning, criterion))
+    if k == 'auto':
+      raise ValueError("k='auto' times decodes on this machine: decode "
+                       "with auto_k.AutoDecoder(decoder, tuning).decode("
+                       "inputs, max_len=...) (tuning: auto_k.tune_k).")
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement, sampler=sampler, tree=tree),
                        rescorer=rescorer, key=key)
-
-  def lower(self, inputs, options: decoding.DecodeOptions):
-    """The decode's program lowered for these inputs (`jax.stages.Lowered`),
-    without rescorer: what `decode` runs, for XLA's cost and memory
-    analyses."""
-    if options.refinement is not None:
-      raise ValueError('lowering takes plain drafts (no refinement).')
-    inputs = self._checked(inputs, options)
-    sampler, keys = self._sampling(options, inputs, 0)
-    # The same arguments as `decode` passes, each by name: a call that left
-    # one out would trace (and compile) a program of its own.
-    return self._decode.lower(self._weights, self.layout(options.k),
-                              inputs, options=options.static(),
-                              rescorer_structure=None, rescorer=None,
-                              iterations=_iteration_count(None),
-                              sampler=sampler, keys=keys,
-                              placement=self._placement)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -329,10 +318,9 @@ def greedy(model: Transformer, inputs, *, max_len: int, mesh=None,
   return Decoder(model, mesh, batch_axis).greedy(inputs, max_len=max_len)
 
 
-def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
+def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
               criterion: decoding.Criterion = decoding.Exact(),
-              min_block: int = 1, tuning: auto_k.AutoK | None = None,
-              mesh=None, batch_axis: str = 'data',
+              min_block: int = 1, mesh=None, batch_axis: str = 'data',
               refinement: decoding.Refinement | None = None,
               rescorer=None, sampler: decoding.Sampler | None = None,
               key: int | jax.Array = 0,
@@ -342,7 +330,7 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
-    inputs, k, max_len, criterion, min_block, tuning, refinement, rescorer,
+    inputs, k, max_len, criterion, min_block, refinement, rescorer,
       sampler, key, tree: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
@@ -351,7 +339,7 @@ def blockwise(model: Transformer, inputs, *, k: int | str, max_len: int,
   return Decoder(model, mesh, batch_axis,
                  draft_vocab=draft_vocab).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
-      min_block=min_block, tuning=tuning, refinement=refinement,
+      min_block=min_block, refinement=refinement,
       rescorer=rescorer, sampler=sampler, key=key, tree=tree)
 
 
@@ -532,17 +520,13 @@ def _decode_body(model: Transformer, weights, inputs,
       next_token_logits=functools.partial(model.next_token_logits,
                                           weights=weights),
       extend_tree=model.extend_tree, commit=model.commit, **proposals)
-  ids = dict(max_len=options.max_len, eos_id=config.eos_id,
-             stop_ids=config.stop_ids, pad_id=config.pad_id,
-             iterations=iterations)
+  ids = dict(end_ids=(config.eos_id, *config.stop_ids),
+             pad_id=config.pad_id, iterations=iterations)
   if options.sampling:
     return decoding.sampling.blockwise_sample_decode(
-        fns, cache, prompt, prompt_lengths, k=k, sampler=sampler, keys=keys,
-        criterion=options.criterion, **ids)
-  return decoding.blockwise_decode(
-      fns, cache, prompt, prompt_lengths, k=k, criterion=options.criterion,
-      min_block=options.min_block, tree=options.tree,
-      refinement=options.refinement, rescore=rescore, **ids)
+        fns, cache, prompt, prompt_lengths, options, sampler, keys, **ids)
+  return decoding.blockwise_decode(fns, cache, prompt, prompt_lengths,
+                                   options, rescore=rescore, **ids)
 
 
 def _iteration_count(iterations) -> np.ndarray:

@@ -138,17 +138,23 @@ def test_auto_decodes_with_the_k_the_costs_favour():
                           ({1: 1.0, 2: 9.0, 3: 9.0}, 1)):
     tuning.step_costs = {(4, 6, 12): costs}
     tuning._choices.clear()  # pylint: disable=protected-access
-    result = generate.blockwise(model, inputs, k='auto', max_len=12,
-                                tuning=tuning)
+    auto = auto_k.AutoDecoder(generate.Decoder(model), tuning)
+    result = auto.decode(inputs, max_len=12)
     np.testing.assert_array_equal(result.tokens, reference.tokens)
     assert result.block_sizes.shape[1] - 1 == expected  # k + 1 columns.
-    # The same decode as an object: the options it chose for this shape.
-    auto = auto_k.Auto(12, tuning)
-    assert auto.chosen(4, 6) == decoding.DecodeOptions(max_len=12,
-                                                       k=expected)
-    np.testing.assert_array_equal(
-        generate.Decoder(model).decode(inputs, auto).tokens,
-        reference.tokens)
+    # The options it chose for this shape.
+    assert auto.options(4, 6, max_len=12) == decoding.DecodeOptions(
+        max_len=12, k=expected)
+
+
+def test_a_plain_decoder_never_times_and_points_to_auto_decoder(
+    monkeypatch):
+  model, inputs = model_and_inputs()
+  monkeypatch.setattr(auto_k.timing, 'loop_iteration_seconds', None)
+  with pytest.raises(ValueError, match='auto_k.AutoDecoder'):
+    generate.Decoder(model).blockwise(inputs, k='auto', max_len=8)
+  with pytest.raises(ValueError, match='not a decoding.DecodeOptions'):
+    generate.Decoder(model).decode(inputs, auto_k.AutoK(APPENDED))
 
 
 def test_auto_measures_each_new_shape_once(monkeypatch):
@@ -162,27 +168,31 @@ def test_auto_measures_each_new_shape_once(monkeypatch):
     return {1: 1.0, 2: 1.1}[options.k]
   monkeypatch.setattr(auto_k.timing, 'loop_iteration_seconds', fake_seconds)
   tuning = auto_k.AutoK(np.array([[0, 0, 0, 4]] * 4), candidates=(2,))
-  result = decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
+  auto = auto_k.AutoDecoder(decoder, tuning)
+  with pytest.raises(ValueError, match='no choice made yet'):
+    auto.options(1, 6, max_len=8)
+  result = auto.decode(inputs[:1], max_len=8)
   # Greedy decoding's loop (k = 1) and k = 2's.
   assert sorted(measured) == [(1, 1, 6, 8), (2, 1, 6, 8)]
   assert tuning.step_costs == {(1, 6, 8): {1: 1.0, 2: 1.1}}
   assert result.block_sizes.shape == (1, 3)
   # The next call of that shape only looks its choice up.
-  decoder.blockwise(inputs[:1], k='auto', max_len=8, tuning=tuning)
+  auto.decode(inputs[:1], max_len=8)
   assert len(measured) == 2
 
 
 @pytest.mark.parametrize('kwargs,message', [
-    (dict(), "k='auto' needs tuning"),
+    (dict(tuning=None), "k='auto' needs tuning"),
     (dict(tuning='tuned'), "k='auto' needs tuning"),
     (dict(criterion=decoding.TopK(2), tuning=auto_k.AutoK(APPENDED)),
      "holds for criterion 'exact', not 'top-k:2'"),
-    (dict(min_block=2, tuning=auto_k.AutoK(APPENDED)), 'min_block=1'),
+    (dict(criterion='exact', tuning=auto_k.AutoK(APPENDED)),
+     'is not a decoding.Criterion'),
 ])
 def test_auto_needs_a_matching_tuning(kwargs, message):
-  model, inputs = model_and_inputs()
+  model, _ = model_and_inputs()
   with pytest.raises(ValueError, match=message):
-    generate.blockwise(model, inputs, k='auto', max_len=8, **kwargs)
+    auto_k.AutoDecoder(generate.Decoder(model), **kwargs)
 
 
 # --- Trees as candidates.
@@ -248,7 +258,7 @@ def test_tune_k_with_trees_and_auto_decoding_with_the_chosen_tree():
   assert tree.size == 5
   # Costs that favour the tree: auto decodes with it, exactly.
   tuning.step_costs = {(4, 6, 12): {1: 9.0, 2: 9.0, 3: 9.0, tree: 1.0}}
-  result = decoder.blockwise(inputs, k='auto', max_len=12, tuning=tuning)
+  result = auto_k.AutoDecoder(decoder, tuning).decode(inputs, max_len=12)
   np.testing.assert_array_equal(result.tokens,
                                 decoder.greedy(inputs, max_len=12).tokens)
   assert result.block_sizes.shape[1] == tree.depth + 2

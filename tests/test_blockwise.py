@@ -21,7 +21,7 @@ from bpd_jax.decoding import blockwise
 from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
 from bpd_jax.decoding import Refinement
 from bpd_jax.decoding import Tree
-from bpd_jax.decoding.prompt import required_positions
+from bpd_jax.decoding import DecodeOptions
 
 import fake_model
 
@@ -41,19 +41,15 @@ def decode(mode, k, max_len, criterion=Exact(), min_block=1,
            refinement=None, rescore=None, fns=None, trace=False, tree=None,
            stop_ids=(), pad_id=fake_model.PAD):
   prompt = jnp.asarray(prompt, jnp.int32)
-  scored = k  # Positions a call scores: k, or the nodes of a tree.
-  if tree is not None:
-    scored = tree.size
-  elif refinement is not None and refinement.drafts > 1:
-    scored = refinement.tree_size(k)
+  options = DecodeOptions(max_len=max_len, k=k, criterion=criterion,
+                          min_block=min_block, refinement=refinement,
+                          tree=tree)
   cache = fake_model.make_cache(
-      prompt.shape[0], required_positions(prompt.shape[1], max_len, scored),
+      prompt.shape[0], options.cache_positions(prompt.shape[1]),
       eos_position)
   run = functools.partial(
-      blockwise_decode, fns or fake_model.make_fns(mode, k), k=k,
-      max_len=max_len, eos_id=fake_model.EOS, pad_id=pad_id,
-      stop_ids=stop_ids, criterion=criterion, min_block=min_block, refinement=refinement,
-      rescore=rescore, tree=tree)
+      blockwise_decode, fns or fake_model.make_fns(mode, k), options=options,
+      end_ids=(fake_model.EOS, *stop_ids), pad_id=pad_id, rescore=rescore)
   args = (cache, prompt, jnp.asarray(lengths, jnp.int32))
   return jax.make_jaxpr(run)(*args) if trace else jax.jit(run)(*args)
 

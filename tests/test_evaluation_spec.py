@@ -39,10 +39,6 @@ def test_auto_decodes_with_its_tunings_criterion():
   auto = AutoSpec(auto_k.AutoK(np.array([[0, 1, 1]]), 'top-k:2'))
   assert (auto.name, auto.kind, auto.criterion, auto.sampler) == (
       'auto', 'auto', 'top-k:2', '')
-  options = auto.options(7)
-  assert isinstance(options, auto_k.Auto)
-  assert (options.max_len, options.tuning, options.criterion) == (
-      7, auto.tuning, decoding.TopK(2))
   # What it decoded a shape with: what its tuning chose there.
   auto.tuning.step_costs[(3, 5, 7)] = {1: 1.0, 2: 0.1}
   auto.tuning.choose((3, 5, 7), measure=None)

@@ -674,7 +674,7 @@ def test_bad_refinements(small_model):
       (dict(refinement=Refinement(top_t=2, rescorer='neural', context=9),
             rescorer=lm), 'window of 9 tokens exceeds'),
       (dict(rescorer=trigram), 'rescorer was given without a refinement'),
-      (dict(k='auto', refinement=Refinement()), "k='auto' does not take"),
+      (dict(k='auto', refinement=Refinement()), 'auto_k.AutoDecoder'),
   ]
   for kwargs, message in cases:
     kwargs = {'k': 4, 'max_len': 8, **kwargs}

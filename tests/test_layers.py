@@ -21,7 +21,7 @@ FORBIDDEN = {
               'evaluation', 'generate', 'jobs', 'models', 'predictions',
               'rescorers', 'tasks', 'timing', 'training'},
     'decoding': {'auto_k', 'evaluation', 'generate', 'jobs', 'models',
-                 'predictions', 'tasks', 'training'},
+                 'predictions', 'tasks', 'timing', 'training'},
     'models': {'decoding', 'evaluation', 'jobs', 'tasks', 'training'},
     'tasks': {'decoding', 'evaluation', 'generate', 'jobs', 'models',
               'training'},
@@ -50,6 +50,19 @@ def module_name(path: pathlib.Path) -> str:
 SOURCES = sorted(PACKAGE.rglob('*.py'))
 
 
+# Module -> the project's modules it must not import: the decoding API
+# decodes and never times (k='auto' is auto_k's, above it).
+FORBIDDEN_MODULES = {
+    'bpd_jax.generate': {'bpd_jax.auto_k', 'bpd_jax.timing'},
+}
+
+# decoding/'s ground floor: the values a decode is described by import no
+# module that runs one.
+DECODING_GROUND = {'types', 'criteria', 'tree', 'lattice', 'refine',
+                   'sampler', 'options'}
+DECODING_LOOPS = {'steps', 'blockwise', 'sampling'}
+
+
 def test_the_package_has_the_layers_the_rules_name():
   for package in FORBIDDEN:
     assert (PACKAGE / package / '__init__.py').exists(), package
@@ -65,12 +78,23 @@ def broken_rules(name: str, imported: set[str]) -> list[str]:
       broken.append(f'{name} imports {module}: {package}/ sits below {top}')
     if module in ENTRY_POINTS:
       broken.append(f'{name} imports the entry point {module}')
+    if module in FORBIDDEN_MODULES.get(name, ()):
+      broken.append(f'{name} imports {module}')
+    if (name.removeprefix('bpd_jax.decoding.') in DECODING_GROUND
+        and module.removeprefix('bpd_jax.decoding.') in DECODING_LOOPS):
+      broken.append(f'{name} imports {module}: the value types sit below '
+                    f'the loops')
   return broken
 
 
 @pytest.mark.parametrize('path', SOURCES, ids=module_name)
 def test_imports_run_down_the_layers(path):
   assert broken_rules(module_name(path), imports(path)) == []
+
+
+def test_the_decoding_floors_are_the_modules_there_are():
+  modules = {path.stem for path in (PACKAGE / 'decoding').glob('*.py')}
+  assert modules - {'__init__'} == DECODING_GROUND | DECODING_LOOPS
 
 
 def test_the_rules_see_a_forbidden_import(tmp_path):
@@ -84,3 +108,12 @@ def test_the_rules_see_a_forbidden_import(tmp_path):
       'below models',
       'bpd_jax.decoding.blockwise imports bpd_jax.models.transformer: '
       'decoding/ sits below models']
+  source.write_text('from bpd_jax import auto_k\n'
+                    'from bpd_jax.decoding import blockwise\n')
+  assert broken_rules('bpd_jax.generate', imports(source)) == [
+      'bpd_jax.generate imports bpd_jax.auto_k']
+  assert broken_rules('bpd_jax.decoding.options', imports(source)) == [
+      'bpd_jax.decoding.options imports bpd_jax.auto_k: decoding/ sits '
+      'below auto_k',
+      'bpd_jax.decoding.options imports bpd_jax.decoding.blockwise: the '
+      'value types sit below the loops']

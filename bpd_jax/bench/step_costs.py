@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax import timing
-from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding import options as options_lib
 from bpd_jax.infra import ops
 from bpd_jax.models import drafters
 
@@ -62,7 +62,7 @@ def _chained_calls(model, source, k: int, positions: int, calls,
     else:
       logits, cache = model.proposal_logits(cache, features, scored, start,
                                             first, k, weights)
-      proposals = prompt_lib.argmax(logits)
+      proposals = ops.argmax(logits)
     return jnp.concatenate([scored[:, :1], proposals], axis=1), cache
 
   block = jnp.full((batch, k), model.config.bos_id, jnp.int32)
@@ -90,7 +90,7 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
   if not 1 <= k <= model.config.num_proposal_heads:
     raise ValueError(f'k={k} must be in [1, '
                      f'{model.config.num_proposal_heads}].')
-  positions = prompt_lib.required_positions(
+  positions = options_lib.required_positions(
       1 if model.config.is_encoder_decoder else source_len, max_len, k)
   source = np.full((batch_size, source_len), model.config.eos_id, np.int32)
   return timing.per_iteration_seconds(

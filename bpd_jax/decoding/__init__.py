@@ -3,13 +3,18 @@
 Nothing here imports a model. A decoder receives a `DecodingFns`: plain
 functions that extend a cache by n positions per example and map the
 resulting features to logits. `bpd_jax.generate` wires a Transformer to them.
-`tree.Tree` makes the blockwise decoder verify a tree of the heads'
-candidates in one call; `refine.Refinement` (with `lattice.py`) picks the
-drafts from the heads' top-t lattice with a rescorer, verified as a tree.
-`sampling.py` samples instead of taking the argmax: blockwise sampling that
-keeps the base model's distribution (k = 1: ancestral sampling).
-`DecodeOptions` describes one decode (k, criterion, min_block, refinement,
-sampler, tree) and holds the checks of those options.
+
+The ground floor holds the values a decode is described by, and nothing
+that runs it: `types.py` (what a model gives and a decode returns),
+`criteria.py`, `tree.Tree` (a tree of the heads' candidates verified in one
+call), `refine.Refinement` (with `lattice.py`: the drafts picked from the
+heads' top-t lattice with a rescorer), `sampler.Sampler`, and
+`options.DecodeOptions`, the one description of a decode made of them,
+with its checks. Above them: `steps.py`, the steps every loop shares;
+`blockwise.py`, the argmax loop (k = 1: greedy decoding); `sampling.py`,
+blockwise sampling that keeps the base model's distribution (k = 1:
+ancestral sampling). Both loops take `(fns, cache, prompt, prompt_lengths,
+options)`.
 """
 
 from bpd_jax.decoding import sampling
@@ -18,7 +23,7 @@ from bpd_jax.decoding.criteria import (Criterion, Distance, Exact, TopK,
                                       Typical, from_spec)
 from bpd_jax.decoding.options import DecodeOptions
 from bpd_jax.decoding.refine import Refinement
-from bpd_jax.decoding.sampling import Sampler
+from bpd_jax.decoding.sampler import Sampler
 from bpd_jax.decoding.tree import Tree
 from bpd_jax.decoding.types import DecodeResult, DecodingFns
 

@@ -36,8 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax.decoding import criteria as criteria_lib
-from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding import options as options_lib
 from bpd_jax.decoding import refine as refine_lib
+from bpd_jax.decoding import steps
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 from bpd_jax.infra import ops
@@ -92,74 +93,57 @@ def verify(criterion: criteria_lib.Criterion, proposals: jax.Array,
 
 
 def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
-                     prompt_lengths: jax.Array, *, k: int, max_len: int,
-                     eos_id: int, pad_id: int,
-                     stop_ids: tuple[int, ...] = (),
-                     criterion: criteria_lib.Criterion = criteria_lib.Exact(),
-                     min_block: int = 1,
+                     prompt_lengths: jax.Array,
+                     options: options_lib.DecodeOptions, *,
+                     end_ids: tuple[int, ...], pad_id: int,
                      iterations: jax.Array | None = None,
-                     tree: tree_lib.Tree | None = None,
-                     refinement: refine_lib.Refinement | None = None,
                      rescore: refine_lib.Rescore | None = None
                      ) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
-
-  The options are `DecodeOptions.check`'s to check (min_block in [1, k],
-  1 with several drafts a call).
 
   Args:
     fns: the model's decoding functions; `proposal_logits` (or `draft`)
       gives heads 2..k (unused at k = 1); several drafts a call need
       `extend_tree` and `commit`.
-    cache: an empty cache of `prompt.required_positions(P, max_len, n)`,
-      n the positions a call scores (k, or the tree's nodes).
+    cache: an empty cache of `options.cache_positions(P)` positions.
     prompt: [batch, P] right-padded decoder prompts (bos_id alone for an
       encoder-decoder).
     prompt_lengths: [batch] valid prompt tokens per example, >= 1.
-    k: block size: tokens scored per call, >= 1; 1 is greedy decoding (one
-      token a call, no proposals), the output exact blockwise decoding
-      reproduces.
-    max_len: most tokens to generate per example, >= 1.
-    eos_id: end-of-sequence id (kept in the output).
+    options: the decode (argmax: no sampler), as `DecodeOptions.check`
+      passed it: k = 1 is greedy decoding, the output exact blockwise
+      decoding reproduces; `options.proposer` says how drafts are made.
+    end_ids: the static ids that end an example (kept in the output):
+      eos_id, then the model's stop ids.
     pad_id: filler past each example's end (-1 where no vocabulary id
       pads).
-    stop_ids: further ids that end an example as eos_id does (kept in the
-      output), a static tuple.
-    criterion: verification criterion; Exact() reproduces greedy decoding.
-    min_block: l, the fewest tokens a call appends (1 <= l <= k); l > 1
-      accepts the first l - 1 proposals unverified (one draft only).
     iterations: exactly this many loop iterations (timing; see
-      `prompt.run_loop`); None: until every example has ended.
-    tree: a static tree of the heads' candidates, of depth k - 1, verified
-      each call; None (or a chain): one draft.
-    refinement: draft refinement: its p drafts verified each call as a
-      tree; None, or options that propose what plain decoding proposes,
-      run the plain loop.
+      `steps.run_loop`); None: until every example has ended.
     rescore: the refinement's rescorer (`refine.Rescore`), if it has one.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
-  propose = _plain_draft
-  if k > 1 and refinement is not None and not refinement.is_plain:
-    propose = functools.partial(_refined_drafts, refinement, rescore)
-  elif k > 1 and tree is not None and not tree.is_chain:
-    propose = functools.partial(_tree_drafts, tree)
+  k, max_len = options.k, options.max_len
+  propose = {'heads': _plain_draft,
+             'tree': functools.partial(_tree_drafts, options.tree),
+             'refined': functools.partial(_refined_drafts,
+                                          options.refinement, rescore),
+             }[options.proposer]
   propose = functools.partial(propose, fns, k=k)
-  ids = dict(k=k, max_len=max_len, end_ids=(eos_id, *stop_ids),
-             pad_id=pad_id)
-  state = start(fns, cache, prompt, prompt_lengths, prompt_lib.argmax,
-                propose, **ids)
+  ids = dict(k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
+  state = start(fns, cache, prompt, prompt_lengths, ops.argmax, propose,
+                **ids)
   if isinstance(state.block, tree_lib.TreeBlock):
     if fns.extend_tree is None or fns.commit is None:
       raise ValueError('several drafts a call need the model\'s '
                        'extend_tree and commit (DecodingFns).')
     step = functools.partial(_tree_step, fns, prompt_lengths, propose,
-                             criterion=criterion, **ids)
+                             criterion=options.criterion, **ids)
   else:
     step = functools.partial(_blockwise_step, fns, prompt_lengths, propose,
-                             criterion=criterion, min_block=min_block, **ids)
-  return result(prompt_lib.run_loop(step, state, iterations), max_len)
+                             criterion=options.criterion,
+                             min_block=options.min_block, **ids)
+  return result(steps.run_loop(step, state, iterations), max_len)
 
 
 def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
@@ -179,12 +163,10 @@ def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     propose: (cache, features [batch, P, ...], next_tokens [batch, P],
       start [batch], last [batch], tokens, lengths) -> (the first draft,
       cache); see `_plain_draft`.
-    k, max_len, pad_id: as `blockwise_decode`'s.
-    end_ids: eos_id and the stop ids: the tokens that end an example.
+    k, max_len: the options'; end_ids, pad_id: as `blockwise_decode`'s.
   """
   batch = prompt.shape[0]
-  features, cache = prompt_lib.prefill_all(fns, cache, prompt,
-                                           prompt_lengths)
+  features, cache = steps.prefill(fns, cache, prompt)
   first = choose(fns.next_token_logits(
       ops.take_at(features, prompt_lengths - 1)))
   tokens = jnp.full((batch, max_len + k), pad_id, jnp.int32).at[:, 0].set(
@@ -192,11 +174,11 @@ def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   lengths = jnp.ones((batch,), jnp.int32)
   block, cache = propose(
       cache, features,
-      prompt_lib.prompt_next_tokens(prompt, prompt_lengths, first),
+      steps.prompt_next_tokens(prompt, prompt_lengths, first),
       jnp.zeros_like(prompt_lengths), prompt_lengths - 1, tokens, lengths)
   return BlockwiseState(
       tokens=tokens, lengths=lengths,
-      done=prompt_lib.ends(first, end_ids) | (max_len == 1), block=block,
+      done=steps.ends(first, end_ids) | (max_len == 1), block=block,
       cache=cache,
       model_calls=jnp.ones((batch,), jnp.int32),
       block_sizes=jnp.zeros((batch, k + 1), jnp.int32).at[:, 1].set(1))
@@ -219,7 +201,7 @@ def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
     cache: the model's cache.
     features: [batch, n, ...] the outputs of the positions just scored,
       from absolute position start [batch].
-    next_tokens: [batch, n] the token after each (`prompt_lib.draft`).
+    next_tokens: [batch, n] the token after each (`steps.proposals`).
     last: [batch] index of the last accepted position; the scoring model's
       token after it is next_tokens at `last`.
     tokens, lengths: the output so far (read by refined drafts only).
@@ -229,9 +211,9 @@ def _plain_draft(fns, cache, features, next_tokens, start, last, tokens,
   token = ops.take_at(next_tokens, last)
   if k == 1:
     return token[:, None], cache
-  proposals, _, cache = prompt_lib.draft(
+  proposals, _, cache = steps.proposals(
       fns, cache, features, next_tokens, start, last,
-      lambda index, logits: prompt_lib.argmax(logits))
+      lambda index, logits: ops.argmax(logits))
   return jnp.concatenate([token[:, None], proposals], axis=1), cache
 
 
@@ -281,7 +263,7 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
     drafts = []
     for leaf in leaves:
       ranks = leaf + (0,) * (k - 1 - len(leaf))
-      chosen, _, cache = prompt_lib.draft(
+      chosen, _, cache = steps.proposals(
           fns, cache, features, next_tokens, start, last,
           lambda index, logits, ranks=ranks: _ranked(logits, ranks[index]))
       drafts.append(chosen)
@@ -297,7 +279,7 @@ def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
 def _ranked(logits: jax.Array, rank: int) -> jax.Array:
   """[..., vocab] -> [...] the token of that rank (0: the argmax)."""
   if rank == 0:
-    return prompt_lib.argmax(logits)
+    return ops.argmax(logits)
   return jax.lax.top_k(logits, rank + 1)[1][..., rank]
 
 
@@ -310,7 +292,7 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
   features, cache = fns.extend(state.cache, state.block, start)
   logits = fns.next_token_logits(features)  # [batch, k, vocab]
   # scored[:, j]: the scoring model's token after position j.
-  scored = prompt_lib.argmax(logits)
+  scored = ops.argmax(logits)
   if k == 1:
     accepted = jnp.zeros_like(state.lengths)
   else:
@@ -330,7 +312,7 @@ def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
   features, cache = fns.extend_tree(state.cache, tree.tokens, start,
                                     tree.depths, tree.ancestors)
   logits = fns.next_token_logits(features)  # [batch, N, vocab]
-  scored = prompt_lib.argmax(logits)
+  scored = ops.argmax(logits)
   best, accepted, path = tree_lib.verify(criterion, tree, logits, scored,
                                          k - 1)
   cache = fns.commit(cache, start, path)
@@ -353,7 +335,7 @@ def _accept(propose, state, block, accepted, token, features, cache,
     cache, start: the cache after the call, the draft's first position.
   """
   # The accepted proposals, then the scoring model's token after them.
-  next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
+  next_tokens = steps.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = append_accepted(
       state, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
       pad_id=pad_id)
@@ -374,14 +356,14 @@ def append_accepted(state: BlockwiseState, appended, accepted, *, k,
       (`prompt.block_next_tokens`): the accepted proposals, then the
       scoring model's token; the first accepted + 1 are written.
     accepted: [batch] proposals accepted.
-    k, max_len, pad_id: as `blockwise_decode`'s; end_ids as `start`'s.
+    k, max_len: the options'; end_ids, pad_id: as `blockwise_decode`'s.
 
   Returns:
     (tokens, lengths, done, count [batch] tokens appended).
   """
   position = jnp.arange(k)
   count = accepted + 1
-  is_end = prompt_lib.ends(appended, end_ids) & (position < count[:, None])
+  is_end = steps.ends(appended, end_ids) & (position < count[:, None])
   count = jnp.where(is_end.any(axis=1), jnp.argmax(is_end, axis=1) + 1, count)
   live = ~state.done
   count = jnp.where(live, jnp.minimum(count, max_len - state.lengths),

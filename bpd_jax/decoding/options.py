@@ -1,10 +1,15 @@
 """What one decode does: the decoder, its block size and verification rules.
 
 `DecodeOptions` is the one description of a decode that every layer passes
-around: `generate.Decoder` compiles one program per distinct options object
-(it is hashable and static), the config checks and the bench and draft jobs
-validate their settings by building one. Its checks are the only place that
-knows the limits of k, min_block, the criterion and the refinement:
+around: the decoding loops take it (`blockwise.blockwise_decode`,
+`sampling.blockwise_sample_decode`), `generate.Decoder` compiles one
+program per distinct options object (it is hashable and static), the
+config checks and the bench and draft jobs validate their settings by
+building one. Its checks are the only place that knows the limits of k,
+min_block, the criterion and the refinement, and `proposer` the only
+place that says how a call's drafts are made. It sits on decoding/'s
+ground floor with the value types it is made of (criteria, `Tree`,
+`Refinement`, `Sampler`); the loops sit above it:
 
     options = DecodeOptions(max_len=64, k=4, criterion=TopK(2))
     options.check(num_heads=8, vocab_size=32000)   # ValueError naming a value
@@ -20,11 +25,23 @@ candidates and in every report's k column, with no exception for greedy.
 import dataclasses
 
 from bpd_jax.decoding import criteria as criteria_lib
-from bpd_jax.decoding import prompt as prompt_lib
 from bpd_jax.decoding import refine as refine_lib
-from bpd_jax.decoding import sampling as sampling_lib
+from bpd_jax.decoding import sampler as sampler_lib
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
+
+# How a call's drafts are made (`DecodeOptions.proposer`).
+PROPOSERS = ('heads', 'tree', 'refined')
+
+
+def required_positions(prompt_length: int, max_len: int, k: int = 1) -> int:
+  """Decoder positions a cache must hold.
+
+  The prompt, max_len generated tokens, and the k - 1 positions a proposal
+  block reaches past the last token (an example that has finished still
+  takes part in the batch's calls, at its final offset).
+  """
+  return prompt_length + max_len + k - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +56,7 @@ class DecodeOptions:
     min_block: l, the fewest tokens a call appends (1 <= l <= k).
     refinement: several drafts per call from the heads' top-t lattice (Kim
       et al. 2024); None: the heads' argmax, one draft.
-    sampler: sample instead of taking the argmax (`sampling.Sampler`):
+    sampler: sample instead of taking the argmax (`sampler.Sampler`):
       ancestral sampling for k = 1, blockwise sampling with the rejection
       rule (criterion Exact: the base model's distribution) or typical
       acceptance (Typical) otherwise; None, or temperature 0: greedy.
@@ -53,7 +70,7 @@ class DecodeOptions:
   criterion: criteria_lib.Criterion = criteria_lib.Exact()
   min_block: int = 1
   refinement: refine_lib.Refinement | None = None
-  sampler: sampling_lib.Sampler | None = None
+  sampler: sampler_lib.Sampler | None = None
   tree: tree_lib.Tree | None = None
 
   def __post_init__(self):
@@ -77,7 +94,7 @@ class DecodeOptions:
       refinement: '' (plain drafts) or a `refine.Refinement.from_spec` spec,
         e.g. 'ngram:p=4,t=4,w=0.3'.
       window: the neural rescorer's window, for a 'neural' refinement.
-      sampler: '' (argmax) or a `sampling.Sampler.from_spec` spec, e.g.
+      sampler: '' (argmax) or a `sampler.Sampler.from_spec` spec, e.g.
         'temperature=0.7,top_p=0.9'.
       tree: '' (one draft) or the widths of a tree of depth k - 1
         (`tree.Tree.from_spec`), e.g. '2,2'.
@@ -87,7 +104,7 @@ class DecodeOptions:
                min_block=min_block,
                refinement=(refine_lib.Refinement.from_spec(refinement, window)
                            if refinement else None),
-               sampler=(sampling_lib.Sampler.from_spec(sampler)
+               sampler=(sampler_lib.Sampler.from_spec(sampler)
                         if sampler else None),
                tree=tree_lib.Tree.from_spec(tree, k - 1) if tree else None)
 
@@ -109,27 +126,40 @@ class DecodeOptions:
     return dataclasses.replace(self, sampler=sampler, criterion=criterion)
 
   @property
+  def proposer(self) -> str:
+    """How a call's drafts are made, one of PROPOSERS: 'heads' (the
+    drafter's argmax, or a sampler's proposals: one draft), 'tree' (the
+    static tree's nodes), 'refined' (the refinement's drafts: one, or
+    several verified as a tree). Options that propose what the drafter's
+    argmax proposes (k = 1, a chain, a plain refinement) are 'heads'."""
+    if self.k > 1 and self.refinement is not None and (
+        not self.refinement.is_plain):
+      return 'refined'
+    if self.k > 1 and self.tree is not None and not self.tree.is_chain:
+      return 'tree'
+    return 'heads'
+
+  @property
   def scored(self) -> int:
     """Positions a call scores per example: the block, or the nodes of
     the tree its drafts make."""
-    if self.tree is not None and not self.tree.is_chain:
+    if self.proposer == 'tree':
       return self.tree.size
-    if (self.refinement is not None and self.refinement.drafts > 1
-        and self.k > 1):
+    if self.proposer == 'refined' and self.refinement.drafts > 1:
       return self.refinement.tree_size(self.k)
     return self.k
 
   def required_positions(self, prompt_length: int) -> int:
     """Decoder positions a decode after a prompt of this length reaches
     (what the model's positions must cover)."""
-    return prompt_lib.required_positions(prompt_length, self.max_len,
+    return required_positions(prompt_length, self.max_len,
                                          self.k)
 
   def cache_positions(self, prompt_length: int) -> int:
     """Entries the cache holds per example: the positions, and a tree's
     nodes beyond its depth (node i of a call is written at the root's
     position + i)."""
-    return prompt_lib.required_positions(prompt_length, self.max_len,
+    return required_positions(prompt_length, self.max_len,
                                          self.scored)
 
   def check(self, num_heads: int, vocab_size: int,
@@ -214,7 +244,7 @@ class DecodeOptions:
                        'verified by the rejection rule one draft at a time.')
 
   def _check_sampler(self, vocab_size: int) -> None:
-    if not isinstance(self.sampler, sampling_lib.Sampler):
+    if not isinstance(self.sampler, sampler_lib.Sampler):
       raise ValueError(f'sampler={self.sampler!r} is not a '
                        f'decoding.Sampler.')
     self.sampler.check(vocab_size)
@@ -230,4 +260,4 @@ class DecodeOptions:
 
 
 # The static stand-in of any sampler with temperature > 0.
-_SAMPLING = sampling_lib.Sampler(temperature=1.0)
+_SAMPLING = sampler_lib.Sampler(temperature=1.0)

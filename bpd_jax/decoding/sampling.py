@@ -1,10 +1,8 @@
 """Sampling from the base model, ancestral and blockwise, in one loop.
 
-`Sampler` warps the scoring model's logits (temperature, then top-k, then
-top-p; each optional) into the distribution p a decode samples from. Its
-fields are traced arrays inside the compiled decode (a pytree): one program
-serves every temperature and cut-off. Temperature 0 is greedy decoding,
-which `generate` runs through the argmax loop itself.
+A `sampler.Sampler` warps the scoring model's logits (temperature, then
+top-k, then top-p; each optional) into the distribution p a decode samples
+from.
 
 `blockwise_sample_decode` at k = 1 is ancestral sampling, the reference:
 one model call per token, each token drawn from p. At k > 1 it draws the
@@ -75,142 +73,12 @@ import jax.numpy as jnp
 
 from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
-from bpd_jax.decoding import prompt as prompt_lib
+from bpd_jax.decoding import options as options_lib
+from bpd_jax.decoding import steps
+from bpd_jax.decoding.sampler import Sampler
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 from bpd_jax.infra import numeric
 from bpd_jax.infra import ops
-
-
-# How blockwise sampling proposes: drawn from q, or q's most likely token.
-PROPOSAL_RULES = ('draw', 'argmax')
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Sampler:
-  """How logits become the distribution a decode samples from.
-
-  Attributes:
-    temperature: logits are divided by it; 0 is greedy decoding.
-    top_k: keep the k most likely tokens (0: all). Ties at the k-th value
-      (to 2**-32 of the logits' range) are all kept.
-    top_p: keep the fewest most likely tokens whose probability reaches
-      top_p (1: all), nucleus sampling; ties at the cut are all kept.
-    proposals: static, one of PROPOSAL_RULES: blockwise sampling's
-      proposals drawn from the drafter's warped q ('draw') or its most
-      likely tokens ('argmax', a point-mass q); see the module docstring.
-  """
-  temperature: float = 1.0
-  top_k: int = 0
-  top_p: float = 1.0
-  proposals: str = dataclasses.field(default='draw',
-                                     metadata=dict(static=True))
-
-  @classmethod
-  def from_spec(cls, spec: str) -> 'Sampler':
-    """Parses 'greedy' or 'temperature=T[,top_k=K][,top_p=P]
-    [,proposals=R]' (configs, flags); omitted fields keep their
-    defaults."""
-    if spec == 'greedy':
-      return cls(temperature=0.0)
-    fields = {}
-    for part in filter(None, spec.split(',')):
-      name, _, value = part.partition('=')
-      if name == 'proposals' and value:
-        fields[name] = value
-        continue
-      if name not in ('temperature', 'top_k', 'top_p') or not value:
-        raise ValueError(f"sampler {spec!r}: {part!r} is not "
-                         f"temperature=T, top_k=K, top_p=P or "
-                         f"proposals=R.")
-      try:
-        fields[name] = int(value) if name == 'top_k' else float(value)
-      except ValueError:
-        raise ValueError(f'sampler {spec!r}: {name}={value!r} is not a '
-                         f'number.') from None
-    return cls(**fields)
-
-  @property
-  def spec(self) -> str:
-    """The sampler as `from_spec` reads it."""
-    if self.greedy:
-      return 'greedy'
-    parts = [f'temperature={self.temperature:g}']
-    if self.top_k:
-      parts.append(f'top_k={self.top_k}')
-    if self.top_p < 1:
-      parts.append(f'top_p={self.top_p:g}')
-    if self.proposals != 'draw':
-      parts.append(f'proposals={self.proposals}')
-    return ','.join(parts)
-
-  @property
-  def greedy(self) -> bool:
-    return self.temperature == 0
-
-  def check(self, vocab_size: int) -> None:
-    """Raises ValueError naming a value out of range."""
-    if not (numeric.is_finite(self.temperature)
-            and self.temperature >= 0):
-      raise ValueError(f'temperature={self.temperature!r} must be a finite '
-                       f'number >= 0 (0: greedy decoding).')
-    if not numeric.is_integer(self.top_k) or not (
-        0 <= self.top_k <= vocab_size):
-      raise ValueError(f'top_k={self.top_k!r} must be an integer in [0, '
-                       f'{vocab_size}], the vocabulary size (0: no cut).')
-    if not (numeric.is_finite(self.top_p) and 0 < self.top_p <= 1):
-      raise ValueError(f'top_p={self.top_p!r} must be in (0, 1] (1: no '
-                       f'cut).')
-    if self.proposals not in PROPOSAL_RULES:
-      raise ValueError(f'proposals={self.proposals!r} is not one of '
-                       f'{PROPOSAL_RULES}.')
-
-  def log_probs(self, logits: jax.Array) -> jax.Array:
-    """[..., vocab] logits -> the warped distribution's log-probabilities
-    (-inf outside the cuts), normalised. Temperature must be > 0."""
-    scaled = logits.astype(jnp.float32) / self.temperature
-    # A sampler without cuts skips them (its numbers are traced: a runtime
-    # branch).
-    cuts = (jnp.asarray(self.top_k) > 0) | (jnp.asarray(self.top_p) < 1)
-    return jax.lax.cond(cuts, self._cut, functools.partial(
-        jax.nn.log_softmax, axis=-1), scaled)
-
-  def _cut(self, scaled: jax.Array) -> jax.Array:
-    """log_probs of scaled logits through the top-k and top-p cuts.
-
-    Each cut is a threshold found by bisection (32 halvings of its range:
-    ties within 2**-32 of it are kept), not by sorting the vocabulary: on a
-    CPU XLA's sort of a vocabulary costs orders of magnitude more.
-    """
-    vocab = scaled.shape[-1]
-    k = jnp.where(self.top_k > 0, self.top_k, vocab)
-    # The k-th largest logit: the highest t with at least k logits >= t.
-    kth = _bisect(lambda t: (scaled >= t).sum(-1, keepdims=True) >= k,
-                  scaled.min(-1, keepdims=True),
-                  scaled.max(-1, keepdims=True))
-    log_p = jax.nn.log_softmax(jnp.where(scaled >= kth, scaled, -jnp.inf),
-                               axis=-1)
-    p = jnp.exp(log_p)
-    # Nucleus: the highest probability t whose tokens p >= t hold top_p.
-    floor = _bisect(
-        lambda t: jnp.where(p >= t, p, 0.0).sum(-1, keepdims=True)
-        >= self.top_p,
-        jnp.zeros_like(p[..., :1]), p.max(-1, keepdims=True))
-    return jax.nn.log_softmax(jnp.where(p >= floor, log_p, -jnp.inf),
-                              axis=-1)
-
-
-def _bisect(holds, low: jax.Array, high: jax.Array,
-            steps: int = 32) -> jax.Array:
-  """The highest t in [low, high] where `holds(t)` (monotone: true at low,
-  false above some point), to (high - low) / 2**steps."""
-  def halve(_, bounds):
-    low, high = bounds
-    middle = (low + high) / 2
-    ok = holds(middle)
-    return jnp.where(ok, middle, low), jnp.where(ok, high, middle)
-  low, high = jax.lax.fori_loop(0, steps, halve, (low, high))
-  return jnp.where(holds(high), high, low)
 
 
 def example_keys(key, batch: int) -> jax.Array:
@@ -295,33 +163,31 @@ class SamplingState:
 
 
 def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
-                            prompt: jax.Array, prompt_lengths: jax.Array, *,
-                            k: int, sampler: Sampler, keys: jax.Array,
-                            max_len: int, eos_id: int, pad_id: int,
-                            stop_ids: tuple[int, ...] = (),
-                            criterion: criteria_lib.Criterion =
-                            criteria_lib.Exact(),
+                            prompt: jax.Array, prompt_lengths: jax.Array,
+                            options: options_lib.DecodeOptions,
+                            sampler: Sampler, keys: jax.Array, *,
+                            end_ids: tuple[int, ...], pad_id: int,
                             iterations: jax.Array | None = None
                             ) -> DecodeResult:
   """Blockwise sampling: the base model's distribution, k tokens a call at
   best (see the module docstring for the rule and why it is exact); k = 1
   is ancestral sampling.
 
-  The options are `DecodeOptions.check`'s to check.
-
   Args:
-    fns, cache, prompt, prompt_lengths, max_len, eos_id, pad_id,
-      stop_ids, iterations: as `blockwise.blockwise_decode`.
-    k: block size, >= 1 (1 is ancestral sampling).
+    fns, cache, prompt, prompt_lengths, end_ids, pad_id, iterations: as
+      `blockwise.blockwise_decode`'s.
+    options: the decode, as `DecodeOptions.check` passed it (sampling):
+      its k (1: ancestral sampling), max_len, criterion (Exact: the
+      rejection rule, the base's distribution; Typical: Medusa's typical
+      acceptance of argmax drafts, approximate) and its sampler's proposal
+      rule; the sampler's numbers come traced, as `sampler`.
     sampler: the warping (temperature > 0), of the base and the heads.
     keys: [batch] one key per example (`example_keys`).
-    criterion: Exact() (the rejection rule: the base's distribution) or
-      Typical (Medusa's typical acceptance of argmax drafts; approximate).
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
-  end_ids = (eos_id, *stop_ids)
+  k, max_len, criterion = options.k, options.max_len, options.criterion
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
@@ -335,14 +201,14 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                            criterion, k=k, max_len=max_len, end_ids=end_ids,
                            pad_id=pad_id)
   return blockwise_lib.result(
-      prompt_lib.run_loop(step, state, iterations).inner, max_len)
+      steps.run_loop(step, state, iterations).inner, max_len)
 
 
 def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
                last, keys, k) -> tuple[SampledBlock, Cache]:
   """(the next block: the token after the last accepted position, then
   heads 2..k's proposals, with the log-distributions they were drawn from;
-  the cache). The other arguments are `prompt_lib.draft`'s.
+  the cache). The other arguments are `steps.proposals`'.
 
   The rejection rule draws proposals from the warped heads, or takes
   their argmax (sampler.proposals 'argmax': a point-mass q); typical
@@ -354,13 +220,13 @@ def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
                         jnp.zeros((token.shape[0], 0, 1))), cache
   typical = isinstance(criterion, criteria_lib.Typical)
   if typical or sampler.proposals == 'argmax':
-    choose = lambda index, logits: prompt_lib.argmax(logits)
+    choose = lambda index, logits: ops.argmax(logits)
   else:
     # Dependent heads draw position by position: each its own key.
     choose = lambda index, logits: _draw(
         keys if index == 0 else jax.vmap(jax.random.fold_in, (0, None))(
             keys, index), sampler.log_probs(logits))
-  proposals, logits, cache = prompt_lib.draft(
+  proposals, logits, cache = steps.proposals(
       fns, cache, features, next_tokens, start, last, choose)
   if typical:
     log_q = jnp.zeros(logits.shape[:2] + (1,))
@@ -444,7 +310,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
                         residual_log_probs(after, rejected_q), after)
   # The token after the accepted proposals: one draw per example.
   token = _draw(token_key, after)
-  next_tokens = prompt_lib.block_next_tokens(block, accepted, token)
+  next_tokens = steps.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = blockwise_lib.append_accepted(
       inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
       pad_id=pad_id)

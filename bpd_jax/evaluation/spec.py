@@ -4,8 +4,9 @@ k='auto' (`AutoSpec`).
 The text and image reports, the bench and the drafts comparison all
 describe what they decode with these specs; `runner.run` decodes and times
 them side by side. Both kinds answer the same questions: `name`, `kind`,
-`options(max_len)` (what `generate.Decoder.decode` takes), `decoded(...)`
-(the options a batch shape was decoded with), `run` and `reference`.
+`decoded(...)` (the options a batch shape was decoded with), `run` and
+`reference`; a `DecoderSpec` has its `options(max_len)` (what
+`generate.Decoder.decode` takes) for every shape.
 """
 
 import dataclasses
@@ -133,7 +134,7 @@ class DecoderSpec:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class AutoSpec:
-  """k='auto' (`auto_k.Auto`): per batch shape, the k or tree its tuning
+  """k='auto' (`auto_k.AutoDecoder`): per batch shape, the k or tree its tuning
   expects to be fastest. Compared by identity: the tuning is mutable (it
   keeps the step costs it measures).
 
@@ -152,23 +153,22 @@ class AutoSpec:
   def criterion(self) -> str:
     return self.tuning.criterion
 
-  def options(self, max_len: int) -> auto_k.Auto:
-    """The decode this spec runs: its options are chosen per batch shape."""
-    return auto_k.Auto(max_len, self.tuning,
-                       decoding.from_spec(self.tuning.criterion))
-
   def decoded(self, max_len: int, batch_size: int,
               length: int) -> decoding.DecodeOptions:
     """The options `run` chose for a batch of this shape (a k, greedy
     decoding, or a tree)."""
-    return self.options(max_len).chosen(batch_size, length)
+    return auto_k.candidate_options(
+        self.tuning.chosen((batch_size, length, max_len)), max_len=max_len,
+        criterion=decoding.from_spec(self.tuning.criterion))
 
   def run(self, decoder: generate.Decoder, inputs, max_len: int,
           rescorers=None, key=0) -> decoding.DecodeResult:
-    """Decodes `inputs` [batch, length] (no rescorer, no key: argmax
-    decoding without a refinement)."""
+    """Decodes `inputs` [batch, length] with `auto_k.AutoDecoder` (no
+    rescorer, no key: argmax decoding without a refinement); a new batch
+    shape is calibrated first."""
     del rescorers, key
-    return decoder.decode(inputs, self.options(max_len))
+    return auto_k.AutoDecoder(decoder, self.tuning).decode(inputs,
+                                                           max_len=max_len)
 
   def reference(self, specs: list) -> DecoderSpec:
     """Greedy decoding, the first of `specs`."""

@@ -1,5 +1,6 @@
-"""The steps every decoder shares: the prompt pass, the buffer layout and
-the heads' drafts."""
+"""The steps every decoding loop shares (`blockwise.py`, `sampling.py`):
+the prompt pass, the loop runner, end ids, the tokens after each scored
+position, and the drafter's proposals."""
 
 import jax
 import jax.numpy as jnp
@@ -8,49 +9,30 @@ from bpd_jax.decoding.types import Cache, DecodingFns
 from bpd_jax.infra import ops
 
 
-def required_positions(prompt_length: int, max_len: int, k: int = 1) -> int:
-  """Decoder positions a cache must hold.
-
-  The prompt, max_len generated tokens, and the k - 1 positions a proposal
-  block reaches past the last token (an example that has finished still
-  takes part in the batch's calls, at its final offset).
-  """
-  return prompt_length + max_len + k - 1
-
-
-def prefill(fns: DecodingFns, cache: Cache, prompt: jax.Array,
-            prompt_lengths: jax.Array) -> tuple[jax.Array, Cache]:
+def prefill(fns: DecodingFns, cache: Cache,
+            prompt: jax.Array) -> tuple[jax.Array, Cache]:
   """Runs the prompt through the model: the first model call.
 
   Args:
     fns: the model's decoding functions.
-    cache: an empty cache holding at least `required_positions` positions.
-    prompt: [batch, prompt_length] tokens, right-padded.
-    prompt_lengths: [batch] valid prompt tokens per example (>= 1).
+    cache: an empty cache holding at least
+      `options.required_positions` positions.
+    prompt: [batch, P] tokens, right-padded.
 
   Returns:
-    (features at each example's last prompt position [batch, ...], cache).
-    Padding positions past a prompt are written to the cache too; they lie
-    where the first generated tokens go and are overwritten before any query
-    can attend to them.
+    (features of every prompt position [batch, P, ...], cache). Padding
+    positions past a prompt are written to the cache too; they lie where
+    the first generated tokens go and are overwritten before any query can
+    attend to them.
   """
-  features, cache = prefill_all(fns, cache, prompt, prompt_lengths)
-  return ops.take_at(features, prompt_lengths - 1), cache
-
-
-def prefill_all(fns: DecodingFns, cache: Cache, prompt: jax.Array,
-                prompt_lengths: jax.Array) -> tuple[jax.Array, Cache]:
-  """`prefill`, returning the features of every prompt position
-  [batch, prompt_length, ...] (what `DecodingFns.draft` reads)."""
-  del prompt_lengths  # Padding is written too (see `prefill`).
   return fns.extend(cache, prompt, jnp.zeros((prompt.shape[0],), jnp.int32))
 
 
 def prompt_next_tokens(prompt: jax.Array, prompt_lengths: jax.Array,
                        first: jax.Array) -> jax.Array:
   """[batch, P]: the token after each prompt position, `first` (the first
-  generated token) after the last one (`DecodingFns.draft`'s next_tokens
-  for the prompt pass)."""
+  generated token) after the last one (the drafter's next_tokens for the
+  prompt pass)."""
   after = jnp.roll(prompt, -1, axis=1)
   last = jnp.arange(prompt.shape[1]) == (prompt_lengths - 1)[:, None]
   return jnp.where(last, first[:, None], after)
@@ -99,12 +81,7 @@ def ends(tokens: jax.Array, end_ids: tuple[int, ...]) -> jax.Array:
   return jnp.isin(tokens, jnp.asarray(end_ids, tokens.dtype))
 
 
-def argmax(logits: jax.Array) -> jax.Array:
-  """Greedy token ids: [..., vocab] -> [...] int32."""
-  return ops.argmax(logits)
-
-
-def draft(fns: DecodingFns, cache: Cache, features: jax.Array,
+def proposals(fns: DecodingFns, cache: Cache, features: jax.Array,
           next_tokens: jax.Array, start: jax.Array, last: jax.Array,
           choose) -> tuple[jax.Array, jax.Array, Cache]:
   """Heads 2..k's proposals after a position, and what they were chosen from.
