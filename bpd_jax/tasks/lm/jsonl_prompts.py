@@ -8,7 +8,7 @@ Two jobs, one config (configs/hf_heads.py:data=FILE.jsonl):
 
 1. The distill job continues every prompt greedily (eval.max_len tokens)
    with the model (an imported base: it needs no trained run) and writes
-   the continuations to a directory (training/distillation.py).
+   the continuations to a directory (bpd_jax/distillation.py).
 2. With task.distilled naming that directory, the examples are (prompt,
    continuation) pairs: one in `task_lib.HOLD_OUT_EVERY` (the first, where
    there are fewer) is held out for evaluation ('validation', whose
