@@ -35,7 +35,6 @@ import os
 
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
-from bpd_jax.tasks.checks import eval_split
 from bpd_jax.tasks.lm import task as task_lib
 
 SPLITS = ('train', 'validation')
@@ -84,8 +83,7 @@ def _check(config) -> None:
   if not isinstance(task.path, str) or not task.path:
     raise ValueError(f'task.path={task.path!r} must name the JSONL file of '
                      f'prompts.')
-  task_lib.check_model(config, train_prompt_len=task.max_source_len)
-  eval_split(config, SPLITS)
+  task_lib.check_config(config, SPLITS, train_prompts=True, continued=False)
   if task.get('distilled') and config.eval.max_len > task.max_target_len:
     raise ValueError(
         f'eval.max_len={config.eval.max_len} (the distilled continuations\' '
