@@ -5,7 +5,7 @@ set into a corpus that a config can train on.
         --output_dir=/tmp/bpd_distilled
 
 Restores the latest checkpoint of WORKDIR and writes the distilled corpus
-to OUTPUT_DIR (bpd_jax/training/distillation.py: what it holds for a text
+to OUTPUT_DIR (bpd_jax/distillation.py: what it holds for a text
 or a language-model task). OUTPUT_DIR must be new or empty (`--overwrite`
 replaces the corpus files in a directory that holds some) and is never a
 directory the job reads; both are checked before any decoding.
@@ -14,8 +14,8 @@ directory the job reads; both are checked before any decoding.
 from absl import flags
 from absl import logging
 
+from bpd_jax import distillation
 from bpd_jax import jobs
-from bpd_jax.training import distillation
 
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Directory for the distilled parallel corpus.')

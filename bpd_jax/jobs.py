@@ -43,7 +43,6 @@ from absl import flags
 from ml_collections import config_flags
 
 from bpd_jax import config_checks
-from bpd_jax import tasks
 from bpd_jax.infra import console
 from bpd_jax.infra import distributed
 from bpd_jax.infra import errors
@@ -51,6 +50,7 @@ from bpd_jax.infra import sharding
 from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import factory
 from bpd_jax.models import imports
+from bpd_jax.training import runs
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file: a Python file with get_config(arg); '
@@ -92,6 +92,10 @@ class Job:
 def load(config, workdir: str, init: str = 'checkpoint'):
   """(model, task): the config's task and its model, restored or random.
 
+  The run is opened as the training job opens it (`runs.open_run`: the
+  task, its vocabulary compared with the run's, the special ids checked)
+  before any weights are read.
+
   Args:
     config: a checked config.
     workdir: the run's directory: its vocabulary and checkpoints.
@@ -106,15 +110,8 @@ def load(config, workdir: str, init: str = 'checkpoint'):
   """
   if init not in INITS:
     raise ValueError(f'init={init!r} is not one of {INITS}.')
-  task = tasks.load_task(config.task, workdir,
-                         train_vocab=init == 'random')
-  tasks.check_loaded(config, task)
-  if init != 'random':  # Random weights have no run to compare with.
-    workdir_lib.check_vocabulary(task.vocab, workdir, job_name(),
-                                 training=False)
+  task, _ = runs.open_run(config, workdir, job_name(), init)
   vocab_size = task.vocab.vocab_size
-  factory.check_special_ids(factory.model_config_from(config, vocab_size),
-                            task.vocab)  # Before any weights are read.
   with factory.build_place(config):  # The host's memory, if split later.
     if init == 'random':
       return factory.random_model(config, vocab_size), task

@@ -19,11 +19,11 @@ import pytest
 from flax import nnx
 
 from bpd_jax import config_checks
+from bpd_jax import distillation
 from bpd_jax import evaluation
 from bpd_jax import jobs
 from bpd_jax.infra import errors
 from bpd_jax.models import imports
-from bpd_jax.training import distillation
 from bpd_jax.training import train
 
 from train_configs import load_config

@@ -25,7 +25,7 @@ FORBIDDEN = {
     'models': {'decoding', 'evaluation', 'jobs', 'tasks', 'training'},
     'tasks': {'decoding', 'evaluation', 'generate', 'jobs', 'models',
               'training'},
-    'training': {'bench', 'drafts', 'evaluation', 'jobs'},
+    'training': {'bench', 'drafts', 'evaluation', 'generate', 'jobs'},
 }
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax.training import distillation
+from bpd_jax import distillation
 from bpd_jax import evaluation
 from bpd_jax.tasks.lm import python_source
 from bpd_jax.training import train

@@ -96,3 +96,28 @@ def test_check_model_accepts_a_model_that_fits():
 def test_check_model_names_the_field(model, prompt, message):
   with pytest.raises(ValueError, match=message):
     task_lib.check_model(config(**model), train_prompt_len=prompt)
+
+
+def test_check_config_checks_what_every_lm_task_shares():
+  fits = config()
+  fits.eval.split = 'validation'
+  fits.task.max_target_len = 33
+  task_lib.check_config(fits, ('train', 'validation'), train_prompts=False,
+                        continued=True)
+  # Training prompts lengthen a training sequence past the model's 40.
+  with pytest.raises(ValueError, match=r'training sequence \(41 positions'):
+    task_lib.check_config(fits, ('train', 'validation'), train_prompts=True,
+                          continued=True)
+  with pytest.raises(ValueError, match="eval.split='validation'"):
+    task_lib.check_config(fits, ('train', 'test'), train_prompts=False,
+                          continued=True)
+  # A prompt as long as an example leaves no continuation to compare
+  # with, unless evaluation has references of its own.
+  fits.task.max_source_len = fits.task.max_target_len = 16
+  fits.model.update(max_source_len=17, max_target_len=48)
+  with pytest.raises(ValueError, match=r'max_source_len=16 \(the evaluation '
+                     r'prompt\) must be below task.max_target_len=16'):
+    task_lib.check_config(fits, ('train', 'validation'), train_prompts=False,
+                          continued=True)
+  task_lib.check_config(fits, ('train', 'validation'), train_prompts=False,
+                        continued=False)

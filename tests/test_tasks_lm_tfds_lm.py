@@ -112,7 +112,7 @@ def test_config_checks():
       model=dict(num_encoder_layers=0, max_source_len=13, max_target_len=40),
       eval=dict(max_len=8, ks=(2,), split='validation')))
   with pytest.raises(ValueError, match=r'max_source_len=12 \(the evaluation '
-                     r'prompt of lm1b\) must be below task.max_target_len=12'):
+                     r'prompt\) must be below task.max_target_len=12'):
     tasks.check(config)
   config.task.max_target_len = 16
   tasks.check(config)

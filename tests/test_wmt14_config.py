@@ -15,7 +15,7 @@ import jax
 import pytest
 
 from bpd_jax import config_checks
-from bpd_jax.training import distillation
+from bpd_jax import distillation
 from bpd_jax import evaluation
 from bpd_jax import jobs
 from bpd_jax.training import train

@@ -4,14 +4,12 @@ import os
 import time
 
 import jax
-import matplotlib
-matplotlib.use('Agg')  # Files only: no display on servers and in CI.
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tabulate
 
 from bpd_jax.bench import runner
 from bpd_jax.evaluation.spec import AutoSpec
 from bpd_jax.infra import atomic_files
+from bpd_jax.infra import figures
 
 # Columns of the Markdown table (bench.json keeps them all).
 TABLE_COLUMNS = (
@@ -69,7 +67,7 @@ def plot(rows: list[dict], path: str) -> None:
   k = 1 is greedy decoding, and the auto setting is a marker at the k it
   chose (at the tree's depth + 1 where it chose a tree).
   """
-  figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+  figure, (left, right) = figures.pyplot().subplots(1, 2, figsize=(10, 4))
   for batch_size in sorted({row['batch_size'] for row in rows}):
     mine = [row for row in rows if row['batch_size'] == batch_size]
     line = sorted((row for row in mine if row['decoder'] != AutoSpec.kind
@@ -94,11 +92,7 @@ def plot(rows: list[dict], path: str) -> None:
     axes.legend()
     axes.grid(alpha=0.3)
   figure.tight_layout()
-  try:
-    with atomic_files.replacing(path) as temp:
-      figure.savefig(temp, dpi=120)
-  finally:
-    plt.close(figure)
+  figures.save(figure, path, dpi=120)
 
 
 def meta(config, workdir: str, *, init: str, examples: int, repeats: int,

@@ -1,18 +1,13 @@
 """The draft job's figure: confidence by head, oracle headroom, refinement."""
 
-import matplotlib
-
-matplotlib.use('Agg')  # Files only; no display on a server.
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-
-from bpd_jax.infra import atomic_files  # pylint: disable=wrong-import-position
+from bpd_jax.infra import figures
 
 
 def write(report: dict, path: str):
   """Three panels: head confidence and accuracy by head position; oracle
   top-t block efficiency against t per k; block efficiency and wall-clock
   speedup of each refinement over plain blockwise decoding."""
-  fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+  fig, axes = figures.pyplot().subplots(1, 3, figsize=(16, 4.5))
   conf = report['analysis']['confidence']
   heads = range(1, len(conf['mean_max_prob']) + 1)
   axes[0].plot(heads, conf['mean_max_prob'], 'o-', label='mean max prob')
@@ -48,8 +43,4 @@ def write(report: dict, path: str):
   axes[2].set(title='Refinement vs plain blockwise (same k)')
   axes[2].legend(fontsize=8)
   fig.tight_layout()
-  try:
-    with atomic_files.replacing(path) as temp:
-      fig.savefig(temp, dpi=110)
-  finally:
-    plt.close(fig)
+  figures.save(fig, path, dpi=110)

@@ -30,14 +30,12 @@ decoder, ground truth).
 """
 
 import numpy as np
-from skimage import metrics
 
-from bpd_jax import generate
 from bpd_jax.evaluation import outputs as outputs_lib
 from bpd_jax.evaluation import runner
 from bpd_jax.evaluation.spec import DecoderSpec
-from bpd_jax.infra import atomic_files
-from bpd_jax.tasks import batching
+from bpd_jax.infra import extras
+from bpd_jax.infra import figures
 from bpd_jax.tasks.images import task as image_task
 from bpd_jax.tasks.images import tokens as images_lib
 
@@ -56,6 +54,7 @@ def psnr(truth: np.ndarray, test: np.ndarray) -> float | None:
   Identical images have an infinite PSNR; they are left out of the mean
   (identical_to_greedy counts them).
   """
+  metrics = extras.load('skimage.metrics')  # The images extra.
   values = [metrics.peak_signal_noise_ratio(a, b, data_range=255)
             for a, b in zip(truth, test) if not np.array_equal(a, b)]
   return round(float(np.mean(values)), 2) if values else None
@@ -65,6 +64,7 @@ def ssim(truth: np.ndarray, test: np.ndarray) -> float:
   """Mean SSIM over images [N, H, W, C] uint8 (a 7x7 window, or the side)."""
   side = min(truth.shape[1:3])
   window = min(7, side - (1 - side % 2))  # Odd, at most the image side.
+  metrics = extras.load('skimage.metrics')  # The images extra.
   return round(float(np.mean([
       metrics.structural_similarity(a, b, data_range=255, channel_axis=-1,
                                     win_size=window)
@@ -93,14 +93,8 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     max_len: tokens decoded per image: a target's H * W * C intensities
       (`ImageVocabulary.decode` refuses any other length).
     num_examples: the first this many images (0: all).
-    repeats: timed rounds of every decoder over the batches, interleaved
-      (`runner.run`); wall_s is a decoder's median round.
-    mesh: optional mesh to shard the batch over.
-    param_rules: how the parameters are split over `mesh`
-      (`generate.Decoder`; () replicates them).
-    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
-      None: all).
-    log: progress messages go here.
+    repeats, mesh, param_rules, draft_vocab, log: as
+      `reports.Report.evaluate` takes them.
 
   Returns:
     dict(split, examples, image_shape, rows, outputs, low, high, baselines,
@@ -115,13 +109,10 @@ def evaluate(model, task: image_task.ImageTask, split: str,
   if not len(low):
     raise ValueError(f'split {split!r} has no images to decode.')
   sources, _ = task.sources(split, model.config.max_source_len, num_examples)
-  batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len,
-                                       pad_id=model.config.pad_id))
-  measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
-                       draft_vocab=draft_vocab),
-      batches, decoders, max_len=max_len, repeats=repeats)
+  measured = runner.decode_sources(
+      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      repeats=repeats, mesh=mesh, param_rules=param_rules,
+      draft_vocab=draft_vocab, log=log)
   baselines = {'bicubic': images_lib.bicubic(low, shape[0])}
   if task.vocab.reference is not None:  # What residuals are taken from.
     baselines[FITTED] = task.vocab.upsampled(low, shape[0])
@@ -160,9 +151,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
 def write_grid(path: str, result: dict, examples: int) -> None:
   """PNG: a row per example; input, bicubic (and the fitted filter), each
   decoder, ground truth."""
-  import matplotlib  # Imported here: only the writing process draws.
-  matplotlib.use('Agg')
-  from matplotlib import pyplot as plt
+  plt = figures.pyplot()
   blocks = {row['decoder']: row.get('mean_block') for row in result['rows']}
   columns = ([('input', result['low'])] + list(result['baselines'].items())
              + [(name, images) for name, images in result['outputs'].items()]
@@ -179,11 +168,7 @@ def write_grid(path: str, result: dict, examples: int) -> None:
       axes[i, j].imshow(images[i], interpolation='nearest')
       axes[i, j].axis('off')
   figure.tight_layout()
-  try:
-    with atomic_files.replacing(path) as temp:
-      figure.savefig(temp, dpi=120)
-  finally:
-    plt.close(figure)
+  figures.save(figure, path, dpi=120)
 
 
 def write(result: dict, config, workdir: str, log) -> None:

@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpd_jax import generate
 from bpd_jax import predictions
 from bpd_jax.evaluation import outputs
 from bpd_jax.evaluation import runner
@@ -95,14 +94,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     max_len: tokens generated per prompt.
     num_examples: the first this many prompts (0: all); perplexity is
       always over the whole split.
-    repeats: timed rounds of every decoder over the batches, interleaved
-      (`runner.run`); wall_s is a decoder's median round.
-    mesh: optional mesh to shard the decoding batch over.
-    param_rules: how the parameters are split over `mesh`
-      (`generate.Decoder`; () replicates them).
-    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
-      None: all).
-    log: progress messages go here.
+    repeats, mesh, param_rules, draft_vocab, log: as
+      `reports.Report.evaluate` takes them.
 
   Returns:
     dict(split, examples, perplexity, scored_tokens, truncated_prompts,
@@ -119,13 +112,10 @@ def evaluate(model, task: lm_task.LMTask, split: str,
   if truncated:
     log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
         f'max_source_len={model.config.max_source_len} and kept their end.')
-  batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len,
-                                       pad_id=model.config.pad_id))
-  measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
-                       draft_vocab=draft_vocab),
-      batches, decoders, max_len=max_len, repeats=repeats)
+  measured = runner.decode_sources(
+      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      repeats=repeats, mesh=mesh, param_rules=param_rules,
+      draft_vocab=draft_vocab, log=log)
   rows = runner.comparison_rows(measured, decoders)
   for row in rows:
     log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '

@@ -36,12 +36,21 @@ class Report(Protocol):
                log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
-    most `max_len` tokens each, the batch sharded over `mesh` (None: one
-    device) and the parameters split as `param_rules` say, proposals
-    chosen among the ids `draft_vocab` (None: all; `generate.Decoder`),
-    timing `repeats` interleaved rounds; returns the result: 'rows', one per
+    most `max_len` tokens each; returns the result: 'rows', one per
     decoder (the names of the decoders), beside any baseline's, and the
-    kind's own figures."""
+    kind's own figures. Each kind documents its other arguments; these
+    every kind passes on alike (`runner.decode_sources`):
+
+    Args:
+      repeats: timed rounds of every decoder over the batches, interleaved
+        (`runner.run`); wall_s is a decoder's median round.
+      mesh: optional mesh to shard the batch over (None: one device).
+      param_rules: how the parameters are split over `mesh`
+        (`generate.Decoder`; () replicates them).
+      draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
+        None: all).
+      log: progress messages go here.
+    """
 
   def write(self, result: dict, config, workdir: str,
             log: Callable[[str], None]) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from bpd_jax import decoding
 from bpd_jax import generate
 from bpd_jax.evaluation.spec import AutoSpec, DecoderSpec
+from bpd_jax.tasks import batching
 
 # [(inputs [batch, length], real rows)]: the last batch filled up with
 # copies, only its first `real` rows count.
@@ -155,6 +156,35 @@ def run(decoder: generate.Decoder, batches: Batches,
           results[spec] += decoded
   return [Measurement(spec, gather(results[spec], batches), walls[spec],
                       compile_s[spec], recompiles[spec]) for spec in specs]
+
+
+def decode_sources(model, sources: Sequence[Sequence[int]],
+                   decoders: Sequence[DecoderSpec], *, batch_size: int,
+                   max_len: int, repeats: int = 1, mesh=None,
+                   param_rules=(), draft_vocab=None,
+                   log: Callable[[str], None] = print) -> list[Measurement]:
+  """Every decoder over `sources`, as each report runs them (`run`).
+
+  Args:
+    model: the Transformer.
+    sources: the examples' input ids, [examples][<= max_source_len]:
+      decoded `batch_size` at a time, padded to the model's
+      max_source_len (`batching.eval_batches`).
+    decoders: greedy first (the reference).
+    batch_size: examples decoded together.
+    max_len: most tokens generated per example.
+    repeats, mesh, param_rules, draft_vocab, log: as
+      `reports.Report.evaluate` takes them.
+
+  Returns:
+    A Measurement per decoder, in order.
+  """
+  batches = list(batching.eval_batches(sources, batch_size,
+                                       model.config.max_source_len,
+                                       pad_id=model.config.pad_id))
+  decoder = generate.Decoder(model, mesh=mesh, param_rules=param_rules,
+                             log=log, draft_vocab=draft_vocab)
+  return run(decoder, batches, decoders, max_len=max_len, repeats=repeats)
 
 
 def _chunks(count: int, per_round: int = 10) -> list[range]:

@@ -25,7 +25,6 @@ those are not directly comparable.
 import numpy as np
 import sacrebleu
 
-from bpd_jax import generate
 from bpd_jax import predictions
 from bpd_jax import tasks
 from bpd_jax.evaluation import outputs
@@ -70,14 +69,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
       axis when a mesh is given).
     max_len: most tokens generated per sentence.
     num_examples: the first this many sentences (0: all).
-    repeats: timed rounds of every decoder over the batches, interleaved
-      (`runner.run`); wall_s is a decoder's median round.
-    mesh: optional mesh to shard the batch over.
-    param_rules: how the parameters are split over `mesh`
-      (`generate.Decoder`; () replicates them).
-    draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
-      None: all).
-    log: progress messages go here.
+    repeats, mesh, param_rules, draft_vocab, log: as
+      `reports.Report.evaluate` takes them.
 
   Returns:
     dict(split, examples, truncated_sources, bleu_signature,
@@ -94,13 +87,10 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     log(f'warning: {truncated} of {len(sources)} {split} sources exceed '
         f'max_source_len={model.config.max_source_len} and were cut.')
   references = [target for _, target in pairs]
-  batches = list(batching.eval_batches(sources, batch_size,
-                                       model.config.max_source_len,
-                                       pad_id=model.config.pad_id))
-  measured = runner.run(
-      generate.Decoder(model, mesh=mesh, param_rules=param_rules, log=log,
-                       draft_vocab=draft_vocab),
-      batches, decoders, max_len=max_len, repeats=repeats)
+  measured = runner.decode_sources(
+      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      repeats=repeats, mesh=mesh, param_rules=param_rules,
+      draft_vocab=draft_vocab, log=log)
   rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text
   for run, row in zip(measured, rows):

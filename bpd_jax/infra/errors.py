@@ -46,3 +46,7 @@ class WriteError(JobError, OSError):
   """A file could not be written whole (disk full, file too large, no
   permission): the previous file is left as it was (`atomic_files.py`)."""
   exit_code = 1  # Not the command's fault: the machine's.
+
+
+class MissingPackageError(JobError, ImportError):
+  """A package of an extra the job needs is not installed (`extras.py`)."""

@@ -24,16 +24,15 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from bpd_jax import tasks
 from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
-from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import drafters
 from bpd_jax.models import factory
 from bpd_jax.models import Transformer
 from bpd_jax.tasks import batching
 from bpd_jax.training import phases as phases_lib
+from bpd_jax.training import runs
 from bpd_jax.training import step as step_lib
 
 
@@ -132,9 +131,9 @@ def train(config, workdir: str, log=print, evaluate=None):
   log(f'Mesh {dict(mesh.shape)} over {jax.device_count()} devices in '
       f'{jax.process_count()} process(es); this is process '
       f'{jax.process_index()}.')
-  task = _load_task(config, workdir, log)
-  model_config = factory.model_config_from(config, task.vocab.vocab_size)
-  factory.check_special_ids(model_config, task.vocab)
+  # Before any step: the task and vocabulary checked against the run's.
+  task, model_config = runs.open_run(config, workdir, 'bpd_jax.main', None,
+                                     log)
   phases = phases_lib.plan_phases(train_config, model_config)
   try:
     data = train_batches(config, task, mesh.shape[config.mesh.data_axis],
@@ -165,20 +164,6 @@ def train(config, workdir: str, log=print, evaluate=None):
                     f'{checkpoints.directory}; rerun the same command to '
                     f'resume.')
   return nnx.merge(graphdef, state['params']), task
-
-
-def _load_task(config, workdir: str, log):
-  """The run's task, checked against the config and the workdir's
-  vocabulary (and a warm start's) before any step."""
-  task = tasks.load_task(config.task, workdir)
-  tasks.check_loaded(config, task)  # Before training, not after it.
-  workdir_lib.check_vocabulary(task.vocab, workdir, 'bpd_jax.main',
-                               training=True, log=log,
-                               write=jax.process_index() == 0)
-  if config.train.init_from:
-    workdir_lib.check_warm_start_vocabulary(task.vocab,
-                                            config.train.init_from)
-  return task
 
 
 def _param_shardings(config, params, mesh):

@@ -25,7 +25,6 @@ Every broken folder stops with one line naming the file
 (errors.MissingFileError, errors.DataError).
 """
 
-import json
 import os
 from typing import NamedTuple
 
@@ -34,6 +33,7 @@ import numpy as np
 import safetensors
 
 from bpd_jax.infra import errors
+from bpd_jax.infra import json_files
 
 CONFIG_FILE = 'config.json'
 GENERATION_CONFIG_FILE = 'generation_config.json'
@@ -56,33 +56,6 @@ class _Entry(NamedTuple):
   path: str                # the safetensors file holding it
   shape: tuple[int, ...]
   dtype: str               # safetensors' name ('BF16')
-
-
-def read_json_object(path: str) -> dict:
-  """The JSON object in the file at `path`.
-
-  Raises:
-    errors.MissingFileError: no such file.
-    errors.DataError: it cannot be read, is not UTF-8 JSON, or holds
-      something other than an object.
-  """
-  if not os.path.isfile(path):
-    raise errors.MissingFileError(f'{path} not found.')
-  try:
-    with open(path, encoding='utf-8') as f:
-      value = json.load(f)
-  except json.JSONDecodeError as e:
-    raise errors.DataError(f'{path} is not JSON (line {e.lineno}, column '
-                           f'{e.colno}: {e.msg}).') from None
-  except UnicodeDecodeError as e:
-    raise errors.DataError(f'{path} is not JSON: byte {e.object[e.start]:#04x} '
-                           f'at offset {e.start} is not UTF-8.') from None
-  except OSError as e:
-    raise errors.DataError(f'{path} cannot be read: {e.strerror}.') from None
-  if not isinstance(value, dict):
-    raise errors.DataError(f'{path} holds a {type(value).__name__}, not a '
-                           f'JSON object.')
-  return value
 
 
 def is_checkpoint(folder: str) -> bool:
@@ -124,10 +97,10 @@ class Checkpoint:
       raise errors.MissingFileError(
           f'{config} not found: a Hugging Face model folder holds it beside '
           f'its weights.')
-    self.config = read_json_object(config)
+    self.config = json_files.read_object(config)
     generation = os.path.join(folder, GENERATION_CONFIG_FILE)
-    self.generation_config = (read_json_object(generation)
-                              if os.path.exists(generation) else {})
+    self.generation_config = json_files.read_object(generation,
+                                                    optional=True)
     single = os.path.join(folder, WEIGHTS_FILE)
     index = os.path.join(folder, INDEX_FILE)
     if os.path.isfile(single):
@@ -217,7 +190,7 @@ def _read_header(path: str) -> dict[str, _Entry]:
 def _read_shards(index: str) -> dict[str, _Entry]:
   """The tensors model.safetensors.index.json places in its shards,
   checked against each shard's header."""
-  weight_map = read_json_object(index).get('weight_map')
+  weight_map = json_files.read_object(index).get('weight_map')
   if not isinstance(weight_map, dict) or not all(
       isinstance(name, str) and isinstance(shard, str)
       for name, shard in weight_map.items()):

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from bpd_jax.infra import extras
 from bpd_jax.infra import numeric
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.images import task as task_lib
@@ -62,10 +63,9 @@ DEFAULT_SCALES = (1, 2, 4, 8)
 
 def _path(package: str, name: str) -> str:
   if package == 'skimage':
-    import skimage.data
-    return os.path.join(skimage.data.data_dir, name)
-  from matplotlib import cbook
-  return str(cbook.get_sample_data(name, asfileobj=False))
+    return os.path.join(extras.load('skimage.data').data_dir, name)
+  return str(extras.load('matplotlib.cbook').get_sample_data(
+      name, asfileobj=False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,8 +79,7 @@ def photo(name: str) -> np.ndarray:
     raise FileNotFoundError(f'photo {name!r} not found at {path}: it ships '
                             f'with {package} (scikit-image >= 0.22, '
                             f'matplotlib >= 3.8); reinstall it.')
-  from PIL import Image
-  with Image.open(path) as image:
+  with extras.load('PIL.Image').open(path) as image:
     return np.asarray(image.convert('RGB'))
 
 

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from bpd_jax.infra import extras
 from bpd_jax.infra import numeric
 from bpd_jax.tasks import host_shards
 from bpd_jax.tasks.checks import at_least
@@ -207,7 +208,8 @@ def run_vocabulary(task, workdir: str, train: bool,
 def check_lengths_and_eval(config) -> None:
   """The max lengths of the task section (an image's intensities, training
   pads to them), and the super-resolution report's fields
-  (bpd_jax/evaluation/image.py)."""
+  (bpd_jax/evaluation/image.py), whose packages are an extra's."""
+  extras.require()  # Before any work: the photos, Pillow, the report.
   ev, task = config.eval, config.task
   vocabulary(task)
   for field, side in (('max_source_len', task.low_res),

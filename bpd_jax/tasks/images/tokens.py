@@ -38,8 +38,8 @@ rounded.
 import dataclasses
 
 import numpy as np
-from PIL import Image
 
+from bpd_jax.infra import extras
 from bpd_jax.infra import token_ids
 
 INTENSITY_OFFSET = 3  # Id of intensity v: v + 3 (after pad, eos, bos).
@@ -131,10 +131,11 @@ def bicubic(low: np.ndarray, size: int) -> np.ndarray:
   """Bicubic upsampling uint8 [..., h, w, C] -> [..., size, size, C]
   (Pillow's): the reference of residual targets and the baseline of the
   super-resolution report."""
+  image_lib = extras.load('PIL.Image')  # The images extra.
   low = np.asarray(low)
   flat = low.reshape(-1, *low.shape[-3:])
-  up = np.stack([np.asarray(Image.fromarray(image).resize(
-      (size, size), Image.Resampling.BICUBIC)) for image in flat])
+  up = np.stack([np.asarray(image_lib.fromarray(image).resize(
+      (size, size), image_lib.Resampling.BICUBIC)) for image in flat])
   return up.reshape(*low.shape[:-3], size, size, low.shape[-1])
 
 

@@ -8,7 +8,7 @@ Two jobs, one config (configs/hf_heads.py:data=FILE.jsonl):
 
 1. The distill job continues every prompt greedily (eval.max_len tokens)
    with the model (an imported base: it needs no trained run) and writes
-   the continuations to a directory (training/distillation.py).
+   the continuations to a directory (bpd_jax/distillation.py).
 2. With task.distilled naming that directory, the examples are (prompt,
    continuation) pairs: one in `task_lib.HOLD_OUT_EVERY` (the first, where
    there are fewer) is held out for evaluation ('validation', whose
@@ -35,7 +35,6 @@ import os
 
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
-from bpd_jax.tasks.checks import eval_split
 from bpd_jax.tasks.lm import task as task_lib
 
 SPLITS = ('train', 'validation')
@@ -84,8 +83,7 @@ def _check(config) -> None:
   if not isinstance(task.path, str) or not task.path:
     raise ValueError(f'task.path={task.path!r} must name the JSONL file of '
                      f'prompts.')
-  task_lib.check_model(config, train_prompt_len=task.max_source_len)
-  eval_split(config, SPLITS)
+  task_lib.check_config(config, SPLITS, train_prompts=True, continued=False)
   if task.get('distilled') and config.eval.max_len > task.max_target_len:
     raise ValueError(
         f'eval.max_len={config.eval.max_len} (the distilled continuations\' '

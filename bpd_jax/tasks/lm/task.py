@@ -30,6 +30,7 @@ from bpd_jax.infra import atomic_files
 from bpd_jax.infra import errors
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import host_shards
+from bpd_jax.tasks.checks import eval_split
 from bpd_jax.tasks.text import hf_vocab
 from bpd_jax.tasks.text import vocab as vocab_lib
 
@@ -258,6 +259,37 @@ def check_model(config, train_prompt_len: int) -> None:
         f'{task.max_source_len}-token prompt, eval.max_len='
         f'{config.eval.max_len}, k - 1 more: {decoding}).')
 
+
+
+def check_config(config, splits, *, train_prompts: bool,
+                 continued: bool) -> None:
+  """The config checks every LM task makes after its own section's.
+
+  The model fits the task (`check_model`), eval.split is one of `splits`,
+  and where evaluation continues text, its prompt leaves a continuation.
+
+  Args:
+    config: the whole config.
+    splits: the task's split names.
+    train_prompts: training examples hold a prompt of task.max_source_len
+      tokens before their target (distilled continuations, a prompted
+      dataset).
+    continued: an evaluation example is text whose rest after a prompt of
+      task.max_source_len tokens is the reference continuation, so the
+      prompt must be shorter than an example (task.max_target_len).
+
+  Raises:
+    ValueError: one line naming the field (and the one it contradicts).
+  """
+  task = config.task
+  check_model(config, train_prompt_len=(
+      task.max_source_len if train_prompts else 0))
+  eval_split(config, splits)
+  if continued and task.max_source_len >= task.max_target_len:
+    raise ValueError(
+        f'task.max_source_len={task.max_source_len} (the evaluation prompt) '
+        f'must be below task.max_target_len={task.max_target_len} (an '
+        f'example): the rest of an example is the reference continuation.')
 
 # A distilled LM corpus (bpd_jax.distill): the examples, and what they were
 # made with.

@@ -38,7 +38,7 @@ import pathlib
 import random
 
 from bpd_jax.tasks import spec
-from bpd_jax.tasks.checks import at_least, eval_split
+from bpd_jax.tasks.checks import at_least
 from bpd_jax.tasks.lm import python_source
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task
@@ -113,14 +113,9 @@ def _check(config) -> None:
     raise ValueError(f'task.extensions={extensions!r} must be a tuple of '
                      f'file name endings, e.g. (".py",); () reads every text '
                      f'file.')
-  task_lib.check_model(config, train_prompt_len=(
-      task.max_source_len if task.get('distilled') else 0))
-  eval_split(config, SPLITS)
-  if task.max_source_len >= task.max_target_len:
-    raise ValueError(
-        f'task.max_source_len={task.max_source_len} (the evaluation prompt) '
-        f'must be below task.max_target_len={task.max_target_len} (an '
-        f'example): the rest of an example is the reference continuation.')
+  task_lib.check_config(config, SPLITS,
+                        train_prompts=bool(task.get('distilled')),
+                        continued=True)
 
 
 def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:

@@ -42,7 +42,7 @@ import numpy as np
 from bpd_jax.tasks import batching
 from bpd_jax.tasks import spec
 from bpd_jax.tasks import tfds_builders
-from bpd_jax.tasks.checks import at_least, eval_split, needs_train_split
+from bpd_jax.tasks.checks import at_least, needs_train_split
 from bpd_jax.tasks.lm import task as task_lib
 from bpd_jax.tasks.text import task as text_task
 
@@ -158,15 +158,10 @@ def _check(config) -> None:
   task = config.task
   _check_section(task)
   prompted = format_of(task.dataset).prompt is not None
-  task_lib.check_model(
-      config, train_prompt_len=task.max_source_len if prompted else 0)
-  eval_split(config, task.splits)
-  if not prompted and task.max_source_len >= task.max_target_len:
-    raise ValueError(
-        f'task.max_source_len={task.max_source_len} (the evaluation prompt '
-        f'of {task.dataset}) must be below task.max_target_len='
-        f'{task.max_target_len} (an example): the rest of an example is the '
-        f'reference continuation.')
+  # A prompted dataset's references are its own targets, not the rest of
+  # a text.
+  task_lib.check_config(config, task.splits, train_prompts=prompted,
+                        continued=not prompted)
 
 
 def check_training_text(source: ExampleSource, prompted: bool,

@@ -31,13 +31,13 @@ multiple of 128); an id of the tokenizer without a row stops with
 errors.DataError.
 """
 
-import json
 import os
 from typing import Sequence
 
 import tokenizers
 
 from bpd_jax.infra import errors
+from bpd_jax.infra import json_files
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 TOKENIZER_FILE = 'tokenizer.json'
@@ -85,7 +85,8 @@ class HFVocabulary(vocab_lib.Vocabulary):
                              f'{_one_line(e)}') from None
     ids = self._tokenizer.get_vocab(with_added_tokens=True)
     self._tokenizer_size = max(ids.values()) + 1
-    config = _optional_json(os.path.join(folder, CONFIG_FILE))
+    config = json_files.read_object(os.path.join(folder, CONFIG_FILE),
+                                     optional=True)
     rows = config.get('vocab_size')
     self._vocab_size = rows if _is_id(rows) else self._tokenizer_size
     if self._tokenizer_size > self._vocab_size:
@@ -95,8 +96,8 @@ class HFVocabulary(vocab_lib.Vocabulary):
           f'{os.path.join(folder, CONFIG_FILE)} gives the embedding '
           f'vocab_size={self._vocab_size} rows: every id needs a row (are '
           f'they of the same model?).')
-    sources = [(os.path.join(folder, name), _optional_json(
-        os.path.join(folder, name))) for name in ID_FILES]
+    sources = [(os.path.join(folder, name), json_files.read_object(
+        os.path.join(folder, name), optional=True)) for name in ID_FILES]
     eos = self._special_ids('eos', sources)
     if not eos:
       raise errors.DataError(
@@ -156,29 +157,6 @@ class HFVocabulary(vocab_lib.Vocabulary):
 
 def _is_id(value) -> bool:
   return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _optional_json(path: str) -> dict:
-  """The JSON object in `path`, {} when there is no such file.
-
-  (models/imports/reader.py reads the same files for the importers; the
-  layers keep tasks/ from importing it.)
-  """
-  if not os.path.exists(path):
-    return {}
-  try:
-    with open(path, encoding='utf-8') as f:
-      value = json.load(f)
-  except json.JSONDecodeError as e:
-    raise errors.DataError(f'{path} is not JSON (line {e.lineno}, column '
-                           f'{e.colno}: {e.msg}).') from None
-  except (OSError, UnicodeDecodeError) as e:
-    raise errors.DataError(f'{path} cannot be read as UTF-8 JSON: '
-                           f'{_one_line(e)}') from None
-  if not isinstance(value, dict):
-    raise errors.DataError(f'{path} holds a {type(value).__name__}, not a '
-                           f'JSON object.')
-  return value
 
 
 def _one_line(error: Exception) -> str:

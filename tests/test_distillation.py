@@ -6,10 +6,10 @@ import os
 
 import pytest
 
+from bpd_jax import distillation
 from bpd_jax import jobs
 from bpd_jax import tasks
 from bpd_jax.infra import errors
-from bpd_jax.training import distillation
 from bpd_jax.training import train
 
 import train_configs
