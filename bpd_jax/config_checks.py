@@ -11,16 +11,45 @@ import numpy as np
 from bpd_jax import decoding
 from bpd_jax import tasks
 from bpd_jax.infra import numeric
+from bpd_jax.infra import schema
 from bpd_jax.infra import sharding
 from bpd_jax.models import factory
 from bpd_jax.models import drafters
-from bpd_jax.tasks.checks import at_least, number_in
 from bpd_jax.training import losses
 from bpd_jax.training import optim
 
 SECTIONS = ('task', 'model', 'train', 'mesh', 'eval')
 # The largest learning rate that is finite once optax casts it to float32.
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SHARE = schema.number(0, 1, open_high=True)  # A share in [0, 1).
+
+# Each field's own limits (infra/schema.py; defaults and meanings:
+# configs/base.py). Floats are finite: NaN and inf would pass a plain
+# `x > 0` and train a model of NaNs.
+TRAIN_FIELDS = {
+    **{name: schema.integer(0) for name in ('base_steps', 'head_steps',
+                                            'tokens_per_batch')},
+    **{name: schema.integer(1) for name in (
+        'batch_size', 'warmup_steps', 'grad_accum_steps', 'log_every',
+        'checkpoint_every', 'keep_checkpoints')},
+    'learning_rate': schema.number(0, _FLOAT32_MAX, open_low=True),
+    'label_smoothing': _SHARE,
+    'head1_weight': _SHARE,
+    'base_learning_rate_scale': schema.number(0, 1, open_low=True),
+    'input_dropout': _SHARE,
+    'scheduled_sampling': schema.number(0, 1),
+    'head_position_fraction': schema.number(0, 1, open_low=True),
+    'head_loss_decay': schema.number(0, _FLOAT32_MAX),
+    'clip_norm': schema.number(0),
+    'head_targets': schema.choice(losses.HEAD_TARGETS),
+    'draft_inputs': schema.choice(losses.DRAFT_INPUTS),
+}
+EVAL_FIELDS = {
+    **{name: schema.integer(0) for name in (
+        'num_examples', 'every', 'draft_vocab_size')},
+    **{name: schema.integer(1) for name in (
+        'batch_size', 'max_len', 'periodic_examples', 'repeats')},
+}
 
 
 def check(config) -> None:
@@ -30,34 +59,32 @@ def check(config) -> None:
       raise ValueError(f'the config has no {section!r} section.')
   # The vocabulary size comes from the task; any valid value (one that
   # holds an imported checkpoint's special ids) checks the rest.
-  ids = [config.model.get(name, 0) for name in ('pad_id', 'eos_id', 'bos_id')]
-  ids += list(config.model.get('stop_ids', ()))
+  model_fields = config.model
+  ids = [model_fields[name] for name in ('pad_id', 'eos_id', 'bos_id')
+         if name in model_fields]
+  ids += list(model_fields['stop_ids'] if 'stop_ids' in model_fields else ())
   largest = max((i for i in ids if numeric.is_integer(i)), default=0)
   model = factory.model_config_from(config,
                                     vocab_size=max(1024, largest + 1))
   tasks.check(config)  # The task's own fields, and what it needs of others.
   _check_task_fits(config.task, model)
   train, ev = config.train, config.eval
-  at_least(train, 'train', batch_size=1, base_steps=0, head_steps=0,
-           warmup_steps=1, grad_accum_steps=1, log_every=1,
-           checkpoint_every=1, keep_checkpoints=1)
-  at_least(ev, 'eval', batch_size=1, max_len=1, num_examples=0, every=0,
-           periodic_examples=1, repeats=1, draft_vocab_size=0)
+  schema.check(TRAIN_FIELDS, train, 'train')
+  schema.check(EVAL_FIELDS, ev, 'eval')
   _check_seed(config)
   _check_buckets(config)
-  _check_rates(train)
   optim.schedule(train, train.base_steps)  # A known schedule name.
   _check_base_learning_rate_scale(train)
   _check_phases(train, model)
   _check_head_positions(train, model)
-  _check_head_targets(train, model)
+  _check_draft_inputs(train, model)
   _check_mixture(train, model)
   if model.mixture is not None and ev.draft_vocab_size:
     raise ValueError(f'eval.draft_vocab_size={ev.draft_vocab_size} with a '
                      f'mixture output (model.mixture_components='
                      f'{model.mixture.components}): its drafts have no '
                      f'vocabulary projection to cut; set it to 0.')
-  criteria = ev.get('criteria')
+  criteria = ev.criteria
   if not criteria or isinstance(criteria, str):
     raise ValueError(f'eval.criteria={criteria!r} must be a non-empty tuple '
                      f'of criteria, e.g. (\'exact\', \'distance:4\').')
@@ -71,16 +98,16 @@ def check(config) -> None:
 def _check_seed(config) -> None:
   """seed: what both numpy's generators (>= 0) and JAX's keys (int64)
   take."""
-  seed = config.get('seed')
+  seed = config.seed
   if not numeric.is_integer(seed) or not 0 <= seed < 2**63:
     raise ValueError(f'seed={seed!r} must be an integer in [0, 2**63).')
 
 
 def _check_phases(train, model) -> None:
-  """train.base_steps and head_steps (each >= 0, `at_least`): a plan
+  """train.base_steps and head_steps (each >= 0, TRAIN_FIELDS): a plan
   `training.phases.plan_phases` can run."""
   base, heads = train.base_steps, train.head_steps
-  if train.get('init_heads', False) and not train.init_from:
+  if train.init_heads and not train.init_from:
     raise ValueError('train.init_heads=True starts the heads from a trained '
                      'run: set train.init_from to its workdir.')
   if base + heads == 0:
@@ -99,22 +126,6 @@ def _check_phases(train, model) -> None:
                      'its heads from the start.')
 
 
-def _check_rates(train) -> None:
-  """The float fields of train: finite, each in its range (NaN and inf
-  would pass a plain `x > 0` and train a model of NaNs)."""
-  number_in(train, 'train', 'learning_rate', 0, _FLOAT32_MAX, open_low=True)
-  number_in(train, 'train', 'label_smoothing', 0, 1, open_high=True)
-  number_in(train, 'train', 'head1_weight', 0, 1, open_high=True)
-  number_in(train, 'train', 'base_learning_rate_scale', 0, 1, open_low=True,
-            default=1.0)
-  number_in(train, 'train', 'input_dropout', 0, 1, open_high=True,
-            default=0.0)
-  number_in(train, 'train', 'scheduled_sampling', 0, 1, default=0.0)
-  number_in(train, 'train', 'head_position_fraction', 0, 1, open_low=True)
-  number_in(train, 'train', 'head_loss_decay', 0, _FLOAT32_MAX, default=0.0)
-  number_in(train, 'train', 'clip_norm', 0)
-
-
 def _check_mixture(train, model) -> None:
   """A mixture output's distribution is its own (models/mixture.py):
   label smoothing would spread mass onto ids it gives none (pad, eos)."""
@@ -125,7 +136,7 @@ def _check_mixture(train, model) -> None:
 
 
 def _check_base_learning_rate_scale(train) -> None:
-  scale = train.get('base_learning_rate_scale', 1.0)
+  scale = train.base_learning_rate_scale
   if scale != 1 and (train.freeze_base or not train.head_steps):
     raise ValueError(f'train.base_learning_rate_scale={scale} applies only '
                      f'when the heads phase fine-tunes the base: set '
@@ -227,8 +238,8 @@ def _check_decoders(ev, model) -> None:
 
 
 def _check_head_positions(train, model) -> None:
-  """train.head_position_fraction (in (0, 1], `_check_rates`): sampled
-  only where it can."""
+  """train.head_position_fraction (in (0, 1], TRAIN_FIELDS): sampled only
+  where it can."""
   fraction = train.head_position_fraction
   if fraction < 1 and train.random_head:
     raise ValueError(f'train.head_position_fraction={fraction} with '
@@ -241,16 +252,10 @@ def _check_head_positions(train, model) -> None:
                      f'it to 1.0.')
 
 
-def _check_head_targets(train, model) -> None:
-  """train.head_targets and train.draft_inputs: known, and where they act."""
-  targets = train.get('head_targets', 'data')
-  if targets not in losses.HEAD_TARGETS:
-    raise ValueError(f'train.head_targets={targets!r} is not one of '
-                     f'{losses.HEAD_TARGETS}.')
-  inputs = train.get('draft_inputs', 'data')
-  if inputs not in losses.DRAFT_INPUTS:
-    raise ValueError(f'train.draft_inputs={inputs!r} is not one of '
-                     f'{losses.DRAFT_INPUTS}.')
+def _check_draft_inputs(train, model) -> None:
+  """train.draft_inputs (one of losses.DRAFT_INPUTS, TRAIN_FIELDS): where
+  it acts."""
+  inputs = train.draft_inputs
   if inputs != 'data' and not drafters.dependent(model.head_layer):
     raise ValueError(f'train.draft_inputs={inputs!r}: '
                      f'head_layer={model.head_layer!r} heads read no '
@@ -269,9 +274,8 @@ def _check_task_fits(task, model) -> None:
 def _check_buckets(config) -> None:
   """Token-count batching: train.tokens_per_batch and bucket_lengths."""
   train, task = config.train, config.task
-  if not train.get('tokens_per_batch', 0):
+  if not train.tokens_per_batch:  # >= 0: TRAIN_FIELDS.
     return
-  at_least(train, 'train', tokens_per_batch=1)
   lengths = list(train.bucket_lengths)
   if not all(numeric.is_integer(n) and n >= 2 for n in lengths) or (
       not lengths or lengths != sorted(set(lengths))):
@@ -287,7 +291,7 @@ def _check_buckets(config) -> None:
 def _check_samplers(config) -> None:
   """eval.samplers: each a valid sampler, text and language-model tasks
   only."""
-  samplers = config.eval.get('samplers', ())
+  samplers = config.eval.samplers
   if samplers and tasks.get(config.task.name).kind not in ('text', 'lm'):
     raise ValueError(f'eval.samplers={tuple(samplers)}: sampling is '
                      f'reported for text and language-model tasks; '

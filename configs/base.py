@@ -76,6 +76,12 @@ def get_config():
 
   config.train = train = ml_collections.ConfigDict()
   train.batch_size = 64  # Examples a step, over all devices.
+  # Batches of about this many target tokens, bucketed by length (0: fixed
+  # batches of batch_size examples padded to the task's max lengths).
+  train.tokens_per_batch = 0
+  # With tokens_per_batch: each bucket's padded length, strictly ascending,
+  # the last at least the task's longest pair.
+  train.bucket_lengths = ()
   train.base_steps = 1_000  # Phase 'base': the whole model, next token.
   train.head_steps = 1_000  # Phase 'heads': the heads (+ base if not frozen).
   train.freeze_base = True  # Heads on a frozen base (False: fine-tune all).
@@ -104,6 +110,9 @@ def get_config():
   # read what it will read when decoding (parallel scheduled sampling).
   # 0: the data's tokens only.
   train.scheduled_sampling = 0.0
+  # Share of the decoder's previous target tokens hidden in training (an
+  # image model then reads its input image, not its last intensity).
+  train.input_dropout = 0.0
   train.init_from = ''  # Workdir of a trained base to start the heads from.
   # Start the heads from init_from's trained heads too (its head layer and
   # k): a drafter trained on the frozen base, then fine-tuned with it.
@@ -163,6 +172,7 @@ def get_config():
   # 'exact' criterion (the rejection rule: the base model's distribution)
   # and any 'typical:EPS,DELTA' one, each timed against that ancestral row.
   ev.samplers = ()
+  ev.tokenized_bleu = False  # Text tasks: also bleu_intl (t2t-bleu's).
   ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 100  # Examples decoded by those evaluations.
   ev.after_training = True  # The main job evaluates when training ends.

@@ -20,7 +20,7 @@ of this one config:
     runlocal         a tiny model on TFDS mock data, 16x16 from 8x8: any
                      row in a few minutes on a CPU, no data needed (checks
                      the setup)
-    targets=T        'residuals' (default: each output intensity minus a
+    image_targets=T  'residuals' (default: each output intensity minus a
                      reference upsampling of the input there) or
                      'intensities'
     reference=R      the reference of residuals: 'linear' (default), a 5x5
@@ -86,14 +86,12 @@ BASES = ('frozen', 'finetuned')
 def get_config(arg=None):
   options = config_options.parse(
       arg, k=8, base='frozen', eps=2, topk=0, min_block=1, init_from='',
-      data_dir='~/tensorflow_datasets', runlocal=False, targets='residuals',
-      reference='', mixture=1, window=0)
+      data_dir='~/tensorflow_datasets', runlocal=False,
+      image_targets='residuals', reference='', mixture=1, window=0)
   k, local = options['k'], options['runlocal']
   if k < 1:
     raise ValueError(f'config option k={k} must be >= 1.')
-  if options['base'] not in BASES:
-    raise ValueError(f'config option base={options["base"]!r} is not one of '
-                     f'{BASES}.')
+  config_options.check_choice(options, 'base', BASES)
   if options['eps'] < 0 or options['topk'] < 0:
     raise ValueError(f'config options eps={options["eps"]} and topk='
                      f'{options["topk"]} must be >= 0 (0: not evaluated).')
@@ -121,12 +119,12 @@ def get_config(arg=None):
   task.max_target_len = high_res * high_res * 3  # Output intensities.
   # Target ids: 'residuals' from a reference upsampling of the input (the
   # model starts from the reference's image), or 'intensities' themselves.
-  task.targets = options['targets']
+  task.targets = options['image_targets']
   # The reference of residuals: 'linear', a filter fitted by least squares
   # on the training split (WORKDIR/reference_filter.npz), or 'bicubic'.
   # (Intensity targets have none: 'bicubic', the field's neutral value.)
   task.reference = options['reference'] or (
-      'linear' if options['targets'] == 'residuals' else 'bicubic')
+      'linear' if options['image_targets'] == 'residuals' else 'bicubic')
   task.reference_window = 5  # Input pixels around each output's, a side.
   # Heads on another run's base read that run's filter ('': this run's).
   task.reference_path = (os.path.join(init_from, 'reference_filter.npz')

@@ -76,7 +76,6 @@ def get_config(arg=None):
   base.drafter(config, options['heads'])
 
   train = config.train
-  train.batch_size = 64  # Unused: tokens_per_batch sets the batches.
   # Batches of ~1,024 target tokens bucketed by length (85 pairs of <= 12
   # tokens, 64 of <= 16 or 42 of <= 24): sentences average 11.6 tokens, so
   # padding every batch to 24 spent half of each step on padding.

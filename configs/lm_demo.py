@@ -28,8 +28,10 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
     distilled=DIR    train on the model's own continuations (python -m
                      bpd_jax.distill): the paper's sequence-level
                      distillation
-    frozen           with init_from: train only new heads on that run's
-                     base, which stays bit-identical
+    base=frozen      with init_from: train only new heads on that run's
+                     base, which stays bit-identical (default finetuned:
+                     the base trains with its heads; `frozen` alone is the
+                     old spelling of base=frozen)
     with_heads       with init_from: start from that run's trained heads
                      too, not new ones (a drafter trained on the frozen
                      base, then fine-tuned with it)
@@ -65,15 +67,21 @@ from bpd_jax.models import drafters
 
 base = config_options.sibling(__file__, 'base')
 
+BASES = ('frozen', 'finetuned')
+
 
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential', k=8,
                                  root='', init_from='', distilled='',
-                                 frozen=False, with_heads=False,
-                                 features='', block_layers=1,
-                                 targets='data', inputs='data')
-  for option in ('frozen', 'with_heads'):
-    if options[option] and not options['init_from']:
+                                 base='finetuned', frozen=False,
+                                 with_heads=False, features='',
+                                 block_layers=1, targets='data',
+                                 inputs='data')
+  config_options.check_choice(options, 'base', BASES)
+  frozen = options['base'] == 'frozen' or options['frozen']
+  for option, given in (('base=frozen', frozen),
+                        ('with_heads', options['with_heads'])):
+    if given and not options['init_from']:
       raise ValueError(f'config option {option} reads a trained run: give '
                        f'init_from=DIR.')
   config_options.check_choice(options, 'heads', drafters.NAMES)
@@ -122,9 +130,9 @@ def get_config(arg=None):
   train.init_from = options['init_from']  # A trained run to start from.
   train.init_heads = options['with_heads']  # Its heads too (or new ones).
   # The whole model trains (frozen: only new heads, on init_from's base).
-  train.freeze_base = options['frozen']
+  train.freeze_base = frozen
   # Head 1's share of the loss (0: 1/k); a frozen base's head 1 is fixed.
-  train.head1_weight = 0.0 if options['frozen'] else 0.5
+  train.head1_weight = 0.0 if frozen else 0.5
   train.head_targets = options['targets']  # See configs/base.py.
   train.draft_inputs = options['inputs']  # See configs/base.py.
   # Heads 2..8 learn from half of each row's positions (the draft layer:

@@ -34,9 +34,9 @@ Exact verification returns greedy's image, pixel for pixel (but where
 two values tie to float32 rounding: docs/guide/images.md). The distance
 criterion accepts proposals within 16 intensities of greedy's choice.
 
-Options (`--config=configs/sr_demo.py:quick,targets=...,mixture=...`):
+Options (`--config=configs/sr_demo.py:quick,mixture=...`):
 quick (a one-minute run that shows the pipeline, not the quality);
-targets ('residuals', default, or 'intensities': what the decoder
+image_targets ('residuals', default, or 'intensities': what the decoder
 writes); reference (what residuals are taken from: 'linear', default,
 the fitted filter, or 'bicubic'); mixture (components of the discretized
 logistic mixture output, default 1; 0: a softmax over the values);
@@ -52,8 +52,9 @@ base = config_options.sibling(__file__, 'base')
 
 
 def get_config(arg=None):
-  options = config_options.parse(arg, quick=False, targets='residuals',
-                                 reference='', mixture=1, window=0)
+  options = config_options.parse(arg, quick=False,
+                                 image_targets='residuals', reference='',
+                                 mixture=1, window=0)
   quick = options['quick']
   high_res, low_res = 16, 8
   config = base.get_config()
@@ -68,12 +69,12 @@ def get_config(arg=None):
   task.max_target_len = high_res * high_res * 3  # Output intensities.
   # Target ids: 'residuals' from a reference upsampling of the input (the
   # model starts from the reference's image), or 'intensities' themselves.
-  task.targets = options['targets']
+  task.targets = options['image_targets']
   # The reference of residuals: 'linear', a filter fitted by least squares
   # on the training crops (WORKDIR/reference_filter.npz), or 'bicubic'.
   # (Intensity targets have none: 'bicubic', the field's neutral value.)
   task.reference = options['reference'] or (
-      'linear' if options['targets'] == 'residuals' else 'bicubic')
+      'linear' if options['image_targets'] == 'residuals' else 'bicubic')
   task.reference_window = 5  # Input pixels around each output's, a side.
 
   model = config.model

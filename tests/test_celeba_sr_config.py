@@ -50,7 +50,7 @@ def test_the_reference_filter_follows_targets_and_init_from():
   load = lambda arg: train_configs.load_config('celeba_sr', arg).task
   assert load('k=8,init_from=/runs/base').reference_path == (
       '/runs/base/reference_filter.npz')
-  assert load('targets=intensities').reference == 'bicubic'
+  assert load('image_targets=intensities').reference == 'bicubic'
   bicubic = load('reference=bicubic,init_from=/runs/base')
   assert (bicubic.reference, bicubic.reference_path) == ('bicubic', '')
 

@@ -38,7 +38,7 @@ def test_bad_options():
 
 
 def test_k_sets_the_heads_and_the_block_sizes_reported():
-  config = lm_demo_config('k=16,heads=block,init_from=/run,frozen')
+  config = lm_demo_config('k=16,heads=block,init_from=/run,base=frozen')
   assert config.model.num_proposal_heads == 16
   assert config.eval.ks == (2, 4, 6, 8, 12, 16)
   assert config.train.head_loss_decay == 8.0  # k / 2.
@@ -121,17 +121,26 @@ def test_a_corpus_of_another_vocabulary_is_refused(tmp_path):
 
 
 def test_frozen_drafters_on_a_trained_run():
-  config = load_config('lm_demo', 'init_from=/runs/lm,frozen,heads='
+  config = load_config('lm_demo', 'init_from=/runs/lm,base=frozen,heads='
                        'autoregressive,features=0,targets=base,inputs=own')
   config_checks.check(config)
   assert config.train.freeze_base and config.train.head1_weight == 0.0
   assert config.model.draft_feature_layers == (0,)
   assert (config.train.head_targets, config.train.draft_inputs) == ('base',
                                                                     'own')
-  for option in ('frozen', 'with_heads'):
-    with pytest.raises(ValueError, match=f'option {option} reads a trained '
+  # `frozen` alone is the old spelling of base=frozen.
+  assert load_config('lm_demo', 'init_from=/runs/lm,frozen,heads='
+                     'autoregressive,features=0,targets=base,inputs=own'
+                     ).to_dict() == config.to_dict()
+  assert not load_config('lm_demo').train.freeze_base  # base=finetuned.
+  for option, named in (('base=frozen', 'base=frozen'),
+                        ('frozen', 'base=frozen'),
+                        ('with_heads', 'with_heads')):
+    with pytest.raises(ValueError, match=f'option {named} reads a trained '
                        'run: give init_from'):
       load_config('lm_demo', option)
+  with pytest.raises(ValueError, match="base='thawed' is not one of"):
+    load_config('lm_demo', 'base=thawed')
 
 
 def test_a_frozen_base_drafter_fine_tuned_with_its_base():

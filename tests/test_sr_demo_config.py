@@ -18,7 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize('arg', [None, 'quick', 'window=3',
-                                 'reference=bicubic', 'targets=intensities'])
+                                 'reference=bicubic',
+                                 'image_targets=intensities'])
 def test_config_passes_the_checks(arg):
   config_checks.check(train_configs.load_config('sr_demo', arg))
 

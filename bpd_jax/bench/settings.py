@@ -177,7 +177,7 @@ def parse(config) -> Plan:
   values = dict(
       ks=ks, criteria=list(_CRITERIA.value),
       min_blocks=_ints('min_blocks', _MIN_BLOCKS.value),
-      samplers=list(_SAMPLERS.value or config.eval.get('samplers', ())),
+      samplers=list(_SAMPLERS.value or config.eval.samplers),
       trees=list(_TREES.value or ()),
       batch_sizes=_ints('batch_sizes', _BATCH_SIZES.value),
       tree_sizes=(_ints('tree_sizes', _TREE_SIZES.value, low=2)

@@ -126,7 +126,7 @@ def write(result: dict, config, workdir: str, log) -> None:
   """WORKDIR/eval_<split>.json, and the table with BLEU's signatures
   (bleu_intl's too with eval.tokenized_bleu)."""
   columns = COLUMNS
-  if config.eval.get('tokenized_bleu'):
+  if config.eval.tokenized_bleu:
     columns = ('decoder', 'bleu', 'bleu_intl') + COLUMNS[2:]
   path = outputs.write_rows(result, config, workdir, columns, log)
   log(f'{result["examples"]} sentences of {config.eval.split}; BLEU: '

@@ -89,6 +89,9 @@ ADDED_FIELDS = {
     'model.block_layers': 1,  # No block drafter: its default.
     'train.head_loss_decay': 0.0,  # The heads weighed the same.
     'train.read_unverified': False,  # Unverifiable steps were refused.
+    'train.tokens_per_batch': 0,  # Fixed batches of train.batch_size.
+    'train.bucket_lengths': [],  # None (as config.json writes a tuple).
+    'train.input_dropout': 0.0,  # Every previous token was read.
     # The base was the paper's Transformer (configs/base.py's model section).
     'model.norm': 'layer', 'model.feed_forward': 'plain',
     'model.num_kv_heads': None, 'model.head_dim': None,

@@ -14,6 +14,7 @@ import dataclasses
 import math
 
 from bpd_jax.infra import numeric
+from bpd_jax.infra import schema
 from bpd_jax.models import attention
 from bpd_jax.models import drafters
 from bpd_jax.models import feed_forward as feed_forward_lib
@@ -35,6 +36,40 @@ SIZES = {
                  num_decoder_layers=6),
     'big': dict(d_model=1024, d_ff=4096, num_heads=16, num_encoder_layers=6,
                 num_decoder_layers=6),
+}
+
+# Each field's own limits (infra/schema.py), checked before the rules that
+# relate several fields (`TransformerConfig.__post_init__`).
+_POSITIVE = ('vocab_size', 'd_model', 'd_ff', 'num_heads', 'num_decoder_layers',
+             'max_source_len', 'max_target_len', 'num_proposal_heads',
+             'block_layers')
+FIELDS = {
+    **{name: schema.integer(1) for name in _POSITIVE},
+    'num_encoder_layers': schema.integer(0),
+    'head_dim': schema.integer(1, optional=True,
+                               hint='(or None for d_model // num_heads)'),
+    'num_kv_heads': schema.integer(1, optional=True,
+                                   hint='(or None for num_heads)'),
+    'head_hidden': schema.integer(1, optional=True, hint='(or None for d_ff)'),
+    'local_attention_block': schema.integer(
+        0, hint='(0: causal attention over every position)'),
+    'local_attention_memory': schema.integer(0),
+    **{name: schema.flag() for name in ('qkv_bias', 'out_bias', 'ffn_bias')},
+    'dropout_rate': schema.number(0, 1, open_high=True),
+    'layer_norm_epsilon': schema.number(0, open_low=True),
+    'rope_theta': schema.number(0, open_low=True),
+    'activation': schema.choice(feed_forward_lib.ACTIVATIONS),
+    'feed_forward': schema.choice(feed_forward_lib.FEED_FORWARDS),
+    'norm': schema.choice(norms_lib.NORMS),
+    'positions': schema.choice(positions_lib.POSITIONS),
+    'head_layer': schema.choice(drafters.NAMES),
+    'draft_source': schema.choice(drafters.DRAFT_SOURCES),
+    'dtype': schema.choice(DTYPES),
+    'param_dtype': schema.choice(DTYPES),
+    'rope_scaling': schema.instance(rotary_lib.RopeScaling,
+                                    'rotary.RopeScaling'),
+    'mixture': schema.instance(mixture_lib.OutputMixture,
+                               'mixture.OutputMixture'),
 }
 
 
@@ -172,71 +207,45 @@ class TransformerConfig:
     def check(ok, message):
       if not ok:
         raise ValueError(f'TransformerConfig: {message}')
-    for name in ('vocab_size', 'd_model', 'd_ff', 'num_heads',
-                 'num_decoder_layers', 'max_source_len', 'max_target_len',
-                 'num_proposal_heads'):
-      value = getattr(self, name)
-      check(numeric.is_integer(value) and value >= 1,
-            f'{name}={value!r} must be an integer >= 1.')
-    check(numeric.is_integer(self.num_encoder_layers)
-          and self.num_encoder_layers >= 0,
-          f'num_encoder_layers={self.num_encoder_layers!r} must be an '
-          f'integer >= 0.')
-    check(self.head_dim is None or (numeric.is_integer(self.head_dim)
-                                    and self.head_dim >= 1),
-          f'head_dim={self.head_dim!r} must be an integer >= 1 (or None '
-          f'for d_model // num_heads).')
+    problem = schema.problem(FIELDS, vars(self))
+    check(not problem, problem)
+    # What relates several fields.
     check(self.head_dim is not None or self.d_model % self.num_heads == 0,
           f'd_model={self.d_model} must be divisible by '
           f'num_heads={self.num_heads} (or set head_dim).')
-    check(self.num_kv_heads is None or (
-        numeric.is_integer(self.num_kv_heads) and self.num_kv_heads >= 1
-        and self.num_heads % self.num_kv_heads == 0),
+    check(self.num_heads % self.kv_heads == 0,
           f'num_kv_heads={self.num_kv_heads!r} must be an integer >= 1 '
           f'dividing num_heads={self.num_heads} (or None for num_heads).')
-    for name in ('qkv_bias', 'out_bias', 'ffn_bias'):
-      value = getattr(self, name)
-      check(isinstance(value, bool), f'{name}={value!r} must be a bool.')
-    check(numeric.is_finite(self.dropout_rate)
-          and 0.0 <= self.dropout_rate < 1.0,
-          f'dropout_rate={self.dropout_rate!r} must be a finite number in '
-          f'[0, 1).')
-    check(self.activation in feed_forward_lib.ACTIVATIONS,
-          f'activation={self.activation!r} is not one of '
-          f'{tuple(feed_forward_lib.ACTIVATIONS)}.')
-    check(self.feed_forward in feed_forward_lib.FEED_FORWARDS,
-          f'feed_forward={self.feed_forward!r} is not one of '
-          f'{feed_forward_lib.FEED_FORWARDS}.')
-    check(self.norm in norms_lib.NORMS,
-          f'norm={self.norm!r} is not one of {norms_lib.NORMS}.')
-    check(numeric.is_finite(self.layer_norm_epsilon)
-          and self.layer_norm_epsilon > 0,
-          f'layer_norm_epsilon={self.layer_norm_epsilon!r} must be a '
-          f'finite number > 0.')
-    check(self.positions in positions_lib.POSITIONS,
-          f'positions={self.positions!r} is not one of '
-          f'{positions_lib.POSITIONS}.')
-    check(numeric.is_finite(self.rope_theta) and self.rope_theta > 0,
-          f'rope_theta={self.rope_theta!r} must be a finite number > 0.')
-    check(self.rope_scaling is None
-          or isinstance(self.rope_scaling, rotary_lib.RopeScaling),
-          f'rope_scaling={self.rope_scaling!r} must be None or a '
-          f'rotary.RopeScaling.')
     check(self.rope_scaling is None or self.positions == 'rotary',
           f'rope_scaling stretches rotary positions; positions='
           f'{self.positions!r}.')
     check(self.positions != 'rotary' or self.attention_head_dim % 2 == 0,
           f'positions=\'rotary\' rotates pairs of a head\'s features: '
           f'head_dim={self.attention_head_dim} must be even.')
-    check(self.head_layer in drafters.NAMES,
-          f'head_layer={self.head_layer!r} is not one of {drafters.NAMES}.')
+    check(self.local_attention_block or not self.local_attention_memory,
+          f'local_attention_memory={self.local_attention_memory} needs local '
+          f'attention: set local_attention_block > 0.')
+    self._check_drafter(check)
+    check((self.positions == 'image') == (self.image is not None),
+          f'positions={self.positions!r} and image={self.image!r}: '
+          f'positions=\'image\' needs image (an ImagePositions), and '
+          f'image needs positions=\'image\'.')
+    problems = self.image.problems(self.is_encoder_decoder, self.d_model
+                                   ) if self.image is not None else []
+    check(not problems, problems[0] if problems else '')
+    self._check_special_ids(check)
+    problems = self.mixture.problems(self.vocab_size, dict(
+        pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id,
+        **{f'stop_ids[{i}]': stop for i, stop in enumerate(self.stop_ids)})
+                                     ) if self.mixture is not None else []
+    check(not problems, problems[0] if problems else '')
+
+  def _check_drafter(self, check) -> None:
+    """The drafter's fields against the drafter and the base."""
     drafter = drafters.get(self.head_layer)
     check(self.head1_from_base or drafter.head1_through_layer,
           f'head_layer={self.head_layer!r} starts from the base model\'s '
           'own next token: head1_from_base must be True.')
-    check(self.draft_source in drafters.DRAFT_SOURCES,
-          f'draft_source={self.draft_source!r} is not one of '
-          f'{drafters.DRAFT_SOURCES}.')
     check(self.draft_source == 'none' or len(drafter.source_kinds) > 1,
           f'draft_source={self.draft_source!r}: head_layer='
           f'{self.head_layer!r} reads no source; set it to \'none\'.')
@@ -258,36 +267,12 @@ class TransformerConfig:
     check(not layers or drafter.reads_features,
           f'draft_feature_layers={layers!r} are read by the draft layer and '
           f'the block drafter; head_layer={self.head_layer!r}.')
-    check(numeric.is_integer(self.block_layers) and self.block_layers >= 1,
-          f'block_layers={self.block_layers!r} must be an integer >= 1.')
+    object.__setattr__(self, 'draft_feature_layers', tuple(layers))
     problems = drafter.problems(self)
     check(not problems, problems[0] if problems else '')
-    object.__setattr__(self, 'draft_feature_layers', tuple(layers))
-    check(self.head_hidden is None or (numeric.is_integer(self.head_hidden)
-                                       and self.head_hidden >= 1),
-          f'head_hidden={self.head_hidden!r} must be an integer >= 1 (or '
-          f'None for d_ff).')
-    check(self.dtype in DTYPES and self.param_dtype in DTYPES,
-          f'dtype={self.dtype!r} and param_dtype={self.param_dtype!r} must '
-          f'be in {DTYPES}.')
-    check(numeric.is_integer(self.local_attention_block)
-          and self.local_attention_block >= 0,
-          f'local_attention_block={self.local_attention_block!r} must be an '
-          f'integer >= 0 (0: causal attention over every position).')
-    check(numeric.is_integer(self.local_attention_memory)
-          and self.local_attention_memory >= 0,
-          f'local_attention_memory={self.local_attention_memory!r} must be '
-          f'an integer >= 0.')
-    check(self.local_attention_block or not self.local_attention_memory,
-          f'local_attention_memory={self.local_attention_memory} needs local '
-          f'attention: set local_attention_block > 0.')
-    check((self.positions == 'image') == (self.image is not None),
-          f'positions={self.positions!r} and image={self.image!r}: '
-          f'positions=\'image\' needs image (an ImagePositions), and '
-          f'image needs positions=\'image\'.')
-    problems = self.image.problems(self.is_encoder_decoder, self.d_model
-                                   ) if self.image is not None else []
-    check(not problems, problems[0] if problems else '')
+
+  def _check_special_ids(self, check) -> None:
+    """pad, eos, bos and stop ids: vocabulary ids that keep their roles."""
     for name in ('eos_id', 'bos_id'):
       value = getattr(self, name)
       check(numeric.is_integer(value) and 0 <= value < self.vocab_size,
@@ -312,15 +297,6 @@ class TransformerConfig:
           f'stop_ids={stops!r} must not hold pad_id={self.pad_id}: a pad '
           f'would end every decode.')
     object.__setattr__(self, 'stop_ids', tuple(int(i) for i in stops))
-    check(self.mixture is None
-          or isinstance(self.mixture, mixture_lib.OutputMixture),
-          f'mixture={self.mixture!r} must be None or a '
-          f'mixture.OutputMixture.')
-    problems = self.mixture.problems(self.vocab_size, dict(
-        pad_id=self.pad_id, eos_id=self.eos_id, bos_id=self.bos_id,
-        **{f'stop_ids[{i}]': stop for i, stop in enumerate(stops)})
-                                     ) if self.mixture is not None else []
-    check(not problems, problems[0] if problems else '')
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'TransformerConfig':

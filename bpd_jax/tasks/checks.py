@@ -75,7 +75,7 @@ def eval_split(config, splits) -> None:
     config: the whole config.
     splits: the task's split names.
   """
-  split = config.eval.get('split', 'validation')
+  split = config.eval.split
   if split not in splits:
     raise ValueError(f'eval.split={split!r} is not a split of task '
                      f'{config.task.name!r}: one of {sorted(splits)}.')

@@ -84,7 +84,7 @@ def optimizer(train_config, phase: Phase) -> optax.GradientTransformation:
   train.base_learning_rate_scale times the heads' rate: the heads start
   from nothing, the base is already trained."""
   fine_tunes_base = phase.name == 'heads' and not phase.heads_only
-  scale = train_config.get('base_learning_rate_scale', 1.0)
+  scale = train_config.base_learning_rate_scale
   return optim.make_optimizer(
       train_config, updates(train_config, phase), slow_mask=_base_mask,
       slow_scale=scale if fine_tunes_base else 1.0)

@@ -111,12 +111,12 @@ def make_train_step(graphdef, phase: phases_lib.Phase, tx, train_config,
           label_smoothing=train_config.label_smoothing,
           random_head=train_config.random_head, dropout_key=dropout_key,
           head_key=head_key, head1_weight=train_config.head1_weight,
-          input_dropout=train_config.get('input_dropout', 0.0),
+          input_dropout=train_config.input_dropout,
           position_fraction=train_config.head_position_fraction,
-          head_targets=train_config.get('head_targets', 'data'),
-          draft_inputs=train_config.get('draft_inputs', 'data'),
-          scheduled_sampling=train_config.get('scheduled_sampling', 0.0),
-          loss_decay=train_config.get('head_loss_decay', 0.0))
+          head_targets=train_config.head_targets,
+          draft_inputs=train_config.draft_inputs,
+          scheduled_sampling=train_config.scheduled_sampling,
+          loss_decay=train_config.head_loss_decay)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)

@@ -48,7 +48,7 @@ def train_batches(config, task, data_devices: int, log=print):
   process_index, process_count = jax.process_index(), jax.process_count()
   # 0 for plain language modelling: no position spent on an empty prompt.
   source_len = task.train_source_len(task_config.max_source_len)
-  tokens = train_config.get('tokens_per_batch', 0)
+  tokens = train_config.tokens_per_batch
   if tokens:
     all_counts = None
     if process_count > 1:
@@ -191,7 +191,7 @@ def _restore_or_start(config, workdir, checkpoints, states, params,
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
     return state
   if train_config.init_from:
-    init_heads = train_config.get('init_heads', False)
+    init_heads = train_config.init_heads
     params = factory.warm_start(params, model_config, train_config.init_from,
                                 train_config.read_unverified, heads=init_heads)
     log(f'Warm start of the base{" and its heads" if init_heads else ""} '

@@ -165,7 +165,7 @@ def _check_section(task) -> None:
 
 def _check(config) -> None:
   _check_section(config.task)
-  if not config.train.get('tokens_per_batch', 0):
+  if not config.train.tokens_per_batch:
     raise ValueError('task.name=\'tfds_translation\' reads a shard per '
                      'process and needs token-count batches: set '
                      'train.tokens_per_batch > 0.')
