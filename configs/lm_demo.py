@@ -30,8 +30,7 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
                      distillation
     base=frozen      with init_from: train only new heads on that run's
                      base, which stays bit-identical (default finetuned:
-                     the base trains with its heads; `frozen` alone is the
-                     old spelling of base=frozen)
+                     the base trains with its heads)
     with_heads       with init_from: start from that run's trained heads
                      too, not new ones (a drafter trained on the frozen
                      base, then fine-tuned with it)
@@ -73,12 +72,12 @@ BASES = ('frozen', 'finetuned')
 def get_config(arg=None):
   options = config_options.parse(arg, quick=False, heads='sequential', k=8,
                                  root='', init_from='', distilled='',
-                                 base='finetuned', frozen=False,
+                                 base='finetuned',
                                  with_heads=False, features='',
                                  block_layers=1, targets='data',
                                  inputs='data')
   config_options.check_choice(options, 'base', BASES)
-  frozen = options['base'] == 'frozen' or options['frozen']
+  frozen = options['base'] == 'frozen'
   for option, given in (('base=frozen', frozen),
                         ('with_heads', options['with_heads'])):
     if given and not options['init_from']:

@@ -128,13 +128,8 @@ def test_frozen_drafters_on_a_trained_run():
   assert config.model.draft_feature_layers == (0,)
   assert (config.train.head_targets, config.train.draft_inputs) == ('base',
                                                                     'own')
-  # `frozen` alone is the old spelling of base=frozen.
-  assert load_config('lm_demo', 'init_from=/runs/lm,frozen,heads='
-                     'autoregressive,features=0,targets=base,inputs=own'
-                     ).to_dict() == config.to_dict()
   assert not load_config('lm_demo').train.freeze_base  # base=finetuned.
   for option, named in (('base=frozen', 'base=frozen'),
-                        ('frozen', 'base=frozen'),
                         ('with_heads', 'with_heads')):
     with pytest.raises(ValueError, match=f'option {named} reads a trained '
                        'run: give init_from'):
