@@ -103,7 +103,7 @@ def test_config_checks(tmp_path):
   config = ml_collections.ConfigDict(dict(
       task=task_config(''),
       model=dict(num_encoder_layers=0, max_source_len=5, max_target_len=40),
-      eval=dict(max_len=8, ks=(2,))))
+      eval=dict(max_len=8, ks=(2,), split='validation')))
   with pytest.raises(ValueError, match=r"task.path='' must name the JSONL"):
     tasks.check(config)
   config.task = task_config('p.jsonl', distilled=str(tmp_path))
