@@ -55,9 +55,9 @@ def rows():
   # Few block sizes: each k compiles its step-cost, loop and decode programs
   # at each batch size.
   tuning = auto_k.tune_k(decoder, inputs, max_len=10, candidates=(3,))
-  settings = settings_lib.sweep([3], tuning=tuning) + [
-      settings_lib.setting(3, 'top-k:2', 2)]
-  return runner.run(decoder, batches, settings, max_len=10, repeats=2,
+  settings = settings_lib.sweep([3], tuning=tuning, max_len=10) + [
+      settings_lib.setting(10, 3, 'top-k:2', 2)]
+  return runner.run(decoder, batches, settings, repeats=2,
                     quality=lambda tokens: float(len(tokens)),
                     progress=lambda line: None)
 
@@ -85,9 +85,10 @@ def test_sampling_rows_are_timed_against_ancestral_sampling(rows):
   model = tiny_model()
   sources = [[5, 6, 7, 1], [3, 4, 1], [8, 1]]
   batches = {4: list(batching.eval_batches(sources, 4, 8, pad_id=0))}
-  settings = settings_lib.sweep([3], samplers=['temperature=0.8'])
-  rows = runner.run(generate.Decoder(model), batches, settings, max_len=10,
-                    repeats=1, progress=lambda line: None)
+  settings = settings_lib.sweep([3], samplers=['temperature=0.8'],
+                               max_len=10)
+  rows = runner.run(generate.Decoder(model), batches, settings, repeats=1,
+                    progress=lambda line: None)
   assert [(row['decoder'], row['k'], row['sampler']) for row in rows] == [
       ('greedy', 1, None), ('blockwise', 3, None),
       ('ancestral', 1, 'temperature=0.8'),
@@ -139,7 +140,7 @@ def test_exact_rows_equal_greedy_and_nothing_recompiles(rows):
 
 def test_first_setting_must_be_greedy():
   with pytest.raises(ValueError, match='must be greedy'):
-    runner.run(None, {}, settings_lib.sweep([2])[1:], max_len=4)
+    runner.run(None, {}, settings_lib.sweep([2], max_len=4)[1:])
 
 
 def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
@@ -154,8 +155,9 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
   (tree,) = tuning.trees
   # Costs that make auto take the tree at this shape.
   tuning.step_costs[(4, 8, 10)] = {1: 9.0, 3: 9.0, tree: 1.0}
-  settings = settings_lib.sweep([3], trees=['2'], tuning=tuning)
-  rows = runner.run(decoder, batches, settings, max_len=10, repeats=1,
+  settings = settings_lib.sweep([3], trees=['2'], tuning=tuning,
+                               max_len=10)
+  rows = runner.run(decoder, batches, settings, repeats=1,
                     progress=lambda line: None)
   assert [(row['decoder'], row['k'], row['tree']) for row in rows] == [
       ('greedy', 1, None), ('blockwise', 3, None),

@@ -9,23 +9,26 @@ from bpd_jax.bench import settings
 
 def test_sweep_order_and_combinations():
   tuning = auto_k.AutoK(np.array([[0, 1, 1]]))
-  sweep = settings.sweep([2, 4], ['exact', 'top-k:2'], [1, 3], tuning=tuning)
+  sweep = settings.sweep([2, 4], ['exact', 'top-k:2'], [1, 3], tuning=tuning,
+                         max_len=10)
   assert [s.name for s in sweep] == [
       'greedy', 'k=2', 'k=4', 'k=4 l=3', 'k=2 top-k:2', 'k=4 top-k:2',
       'k=4 top-k:2 l=3', 'auto']
   assert [s.kind for s in sweep[:2]] == ['greedy', 'blockwise']
   assert sweep[-1].kind == 'auto' and sweep[-1].tuning is tuning
   # No tuning, no auto setting; a k of 1 is the greedy setting already.
-  assert [s.name for s in settings.sweep([1, 2])] == ['greedy', 'k=2']
+  assert [s.name for s in settings.sweep([1, 2], max_len=10)] == [
+      'greedy', 'k=2']
   sampled = settings.sweep([2, 4], ['exact', 'top-k:2', 'typical:0.3,0.09'],
-                           samplers=['temperature=0.7'])
+                           samplers=['temperature=0.7'], max_len=10)
   assert [(s.name, s.kind) for s in sampled if s.sampler] == [
       ('ancestral temperature=0.7', 'ancestral'),
       ('k=2 temperature=0.7', 'blockwise'),
       ('k=4 temperature=0.7', 'blockwise'),
       ('k=2 typical:0.3,0.09 temperature=0.7', 'blockwise'),
       ('k=4 typical:0.3,0.09 temperature=0.7', 'blockwise')]
-  assert [s.name for s in settings.sweep([2, 3], trees=['2'])] == [
+  assert [s.name for s in settings.sweep([2, 3], trees=['2'],
+                                         max_len=10)] == [
       'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
 
 
@@ -35,18 +38,19 @@ def test_a_tunings_trees_are_rows_at_their_depth():
   tuning = auto_k.AutoK(np.array([[0, 1, 1]]),
                         rank_probabilities=np.array([[.5, .4], [.5, .3]]),
                         tree_sizes=(4, 3))
-  sweep = settings.sweep([2, 3], tuning=tuning)
+  sweep = settings.sweep([2, 3], tuning=tuning, max_len=10)
   assert [s.name for s in sweep] == [
       'greedy', 'k=2', 'k=3', 'k=3 tree:4', 'k=2 tree:3', 'auto']
-  options = sweep[3].options(10)
+  options = sweep[3].options
   assert options.k == 3 and options.tree == tuning.trees[0]
   assert set(options.tree.paths) == {(0,), (1,), (0, 0)}
-  assert sweep[4].options(10).tree.paths == ((0,), (1,))
+  assert sweep[4].options.tree.paths == ((0,), (1,))
 
 
 def test_greedy_is_k1():
-  greedy = settings.sweep([2])[0]
-  assert greedy.options(8).k == 1 and greedy.kind == 'greedy'
+  greedy = settings.sweep([2], max_len=10)[0]
+  assert greedy.options.k == 1 and greedy.kind == 'greedy'
+  assert greedy.options.max_len == 10
 
 
 @pytest.mark.parametrize('kwargs,message', [
@@ -56,4 +60,4 @@ def test_greedy_is_k1():
 ])
 def test_sweep_refuses_a_bad_spec(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    settings.sweep([2], **kwargs)
+    settings.sweep([2], max_len=10, **kwargs)

@@ -23,10 +23,11 @@ def test_rows_compare_each_refinement_with_plain_at_its_k():
                               np.ones((2, 1), int)], axis=1), real)
              for real in (2, 1)]  # The last batch has one real row.
   spec = 'none:p=2,t=2'
-  chosen = compare.variants([3], [(spec, Refinement.from_spec(spec))])
+  chosen = compare.variants([3], [(spec, Refinement.from_spec(spec))],
+                            max_len=12)
   assert [v.name for v in chosen] == ['greedy', 'k=3 plain',
                                       'k=3 none:p=2,t=2']
-  rows = compare.run(decoder, batches, chosen, {}, max_len=12, repeats=2,
+  rows = compare.run(decoder, batches, chosen, {}, repeats=2,
                      progress=lambda _: None)
   greedy, plain, refined = rows
   for row in rows:

@@ -98,9 +98,10 @@ def tiny_image_model(high=4, low=2, seed=0, targets='intensities',
 
 def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   task, model = tiny_image_task(), tiny_image_model()
-  decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:255')]
+  decoders = [DecoderSpec.of(48), DecoderSpec.of(48, 4),
+              DecoderSpec.of(48, 4, 'distance:255')]
   result = image.evaluate(model, task, 'validation', decoders,
-                          batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)
+                          batch_size=2, log=lambda m: None)
   bicubic, greedy, exact, loose = result['rows']
   assert bicubic['decoder'] == 'bicubic' and bicubic['psnr'] > 0
   assert exact['identical_to_greedy'] == 1.0
@@ -127,9 +128,10 @@ def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_the_reference(
   task = tiny_image_task(targets='residuals', fitted=fitted)
   model = tiny_image_model(targets='residuals', mixture=OutputMixture(3, 3),
                            window=window)
-  decoders = [DecoderSpec(), DecoderSpec(4), DecoderSpec(4, 'distance:8')]
+  decoders = [DecoderSpec.of(48), DecoderSpec.of(48, 4),
+              DecoderSpec.of(48, 4, 'distance:8')]
   result = image.evaluate(model, task, 'validation', decoders,
-                          batch_size=2, max_len=4 * 4 * 3, log=lambda m: None)
+                          batch_size=2, log=lambda m: None)
   *references, greedy, exact, _ = result['rows']
   assert [row['decoder'] for row in references] == (
       ['bicubic', image.FITTED] if fitted else ['bicubic'])
@@ -170,4 +172,4 @@ def test_report_writes_the_json_and_the_grid(tmp_path):
 def test_evaluate_needs_greedy_first():
   with pytest.raises(ValueError, match='must be greedy'):
     image.evaluate(tiny_image_model(), tiny_image_task(), 'validation',
-                   [DecoderSpec(2)], batch_size=1, max_len=4 * 4 * 3)
+                   [DecoderSpec.of(4 * 4 * 3, 2)], batch_size=1)

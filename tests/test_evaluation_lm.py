@@ -63,9 +63,9 @@ def test_perplexity_without_a_pad_token_is_that_of_padding_with_0():
 
 def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
   model, task, _ = setup()
-  decoders = [DecoderSpec(), DecoderSpec(2), DecoderSpec(3)]
+  decoders = [DecoderSpec.of(8), DecoderSpec.of(8, 2), DecoderSpec.of(8, 3)]
   report = lm.evaluate(model, task, 'validation', decoders, batch_size=2,
-                       max_len=8, log=lambda _: None)
+                       log=lambda _: None)
   # Prompt-less examples longer than 4 tokens, and the prompted one.
   assert report['examples'] == 5 and report['truncated_prompts'] == 0
   assert report['perplexity'] > 1
@@ -79,10 +79,11 @@ def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
 def test_sampling_rows_are_timed_against_ancestral_sampling():
   model, task, _ = setup()
   sampler = 'temperature=1.0'
-  decoders = [DecoderSpec(), DecoderSpec(sampler=sampler),
-              DecoderSpec(2, sampler=sampler)]
+  decoders = [DecoderSpec.of(6), DecoderSpec.of(6, sampler=sampler),
+              DecoderSpec.of(6, 2, sampler=sampler)]
   rows = lm.evaluate(model, task, 'validation', decoders, batch_size=2,
-                     max_len=6, log=lambda _: None)['rows']
+                     log=lambda _: None)['rows']
   assert [r['decoder'] for r in rows] == [
-      'greedy', 'ancestral temperature=1.0', 'blockwise k=2 temperature=1.0']
+      # Named by the sampler's own spec: one name for one sampler.
+      'greedy', 'ancestral temperature=1', 'blockwise k=2 temperature=1']
   assert rows[1]['identical_to_greedy'] is None and rows[2]['speedup'] > 0

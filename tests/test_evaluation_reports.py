@@ -36,9 +36,10 @@ def test_periodic_evaluation_of_an_image_task_reads_greedys_row():
   model = test_evaluation_image.tiny_image_model()
   task = test_evaluation_image.tiny_image_task()
   values = evaluation.periodic(config)(model, task, step=10)
+  pixels = 4 * 4 * 3
   rows = image.evaluate(model, task, 'validation',
-                        [DecoderSpec(), DecoderSpec(4)], batch_size=3,
-                        max_len=4 * 4 * 3, num_examples=3,
+                        [DecoderSpec.of(pixels), DecoderSpec.of(pixels, 4)],
+                        batch_size=3, num_examples=3,
                         log=lambda _: None)['rows']
   assert [row['decoder'] for row in rows] == ['bicubic', 'greedy',
                                               'blockwise k=4']

@@ -44,10 +44,10 @@ def test_interleaved_rounds_equal_greedy_without_recompiling():
   batches = [(np.concatenate([rng.integers(2, 9, (2, 5)),
                               np.ones((2, 1), int)], axis=1), real)
              for real in (2, 1)]
-  specs = [DecoderSpec(), DecoderSpec(3)]
+  specs = [DecoderSpec.of(12), DecoderSpec.of(12, 3)]
   rounds = []
-  greedy, blockwise = evaluation.run(decoder, batches, specs, max_len=12,
-                                     repeats=3, progress=rounds.append)
+  greedy, blockwise = evaluation.run(decoder, batches, specs, repeats=3,
+                                     progress=rounds.append)
   assert sum(line.startswith('timed round') for line in rounds) == 3
   for run in (greedy, blockwise):
     assert len(run.walls) == 3 and run.wall_s == sorted(run.walls)[1]
@@ -62,7 +62,7 @@ def test_interleaved_rounds_equal_greedy_without_recompiling():
       ('greedy', 1), ('blockwise k=3', 3)]
   # compile_s is the first call's extra time: these programs are compiled
   # now, so a second run finds next to none.
-  again = evaluation.run(decoder, batches, specs, max_len=12)
+  again = evaluation.run(decoder, batches, specs)
   for before, after in zip((greedy, blockwise), again):
     assert after.compile_s < 0.25 * before.compile_s
 
@@ -70,7 +70,7 @@ def test_interleaved_rounds_equal_greedy_without_recompiling():
 def test_greedy_comes_first():
   with pytest.raises(ValueError, match=r'the first decoder must be greedy '
                      r'\(k=1\), the reference; got blockwise k=2'):
-    evaluation.run(None, [], [DecoderSpec(2)], max_len=4)
+    evaluation.run(None, [], [DecoderSpec.of(4, 2)])
 
 
 def test_rounds_go_chunk_by_chunk_over_the_batches_in_order():
@@ -84,7 +84,7 @@ def test_rounds_go_chunk_by_chunk_over_the_batches_in_order():
   batches = [(np.concatenate([rng.integers(2, 9, (1, 5)),
                               np.ones((1, 1), int)], axis=1), 1)
              for _ in range(13)]
-  greedy, = evaluation.run(decoder, batches, [DecoderSpec()], max_len=12,
+  greedy, = evaluation.run(decoder, batches, [DecoderSpec.of(12)],
                            repeats=2)
   alone = [np.asarray(decoder.greedy(inputs, max_len=12).tokens)
            for inputs, _ in batches]

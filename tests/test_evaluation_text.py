@@ -26,11 +26,12 @@ def setup():
 
 def test_rows_for_every_decoder_and_exact_equals_greedy():
   config, model, task = setup()
+  config.eval.max_len = 10
   decoders = spec.decoders_from_config(config.eval)
   assert [d.name for d in decoders] == ['greedy', 'blockwise k=2',
                                         'blockwise k=3']
   report = text.evaluate(model, task, 'validation', decoders,
-                         batch_size=3, max_len=10, log=lambda _: None)
+                         batch_size=3, log=lambda _: None)
   assert report['examples'] == 8 and report['truncated_sources'] == 0
   assert report['bleu_signature'].startswith('nrefs:1')
   rows = report['rows']
@@ -45,14 +46,14 @@ def test_rows_for_every_decoder_and_exact_equals_greedy():
 def test_greedy_comes_first():
   config, model, task = setup()
   with pytest.raises(ValueError, match='the first decoder must be greedy'):
-    text.evaluate(model, task, 'validation', [DecoderSpec(2)],
-                  batch_size=2, max_len=5)
+    text.evaluate(model, task, 'validation', [DecoderSpec.of(5, 2)],
+                  batch_size=2)
 
 
 def test_bleu():
   score, signature = text.bleu(['a small cat .'], ['a small cat .'])
   assert score == pytest.approx(100.0) and 'tok:13a' in signature
-  assert DecoderSpec(4, 'top-k:2', 2).name == (
+  assert DecoderSpec.of(8, 4, 'top-k:2', 2).name == (
       'blockwise k=4 top-k:2 l=2')
 
 
@@ -85,6 +86,7 @@ def test_sampled_rows_are_timed_against_ancestral_sampling():
   config.eval.ks = (3,)
   config.eval.criteria = ('exact', 'top-k:2', 'typical:0.3,0.09')
   config.eval.samplers = ('temperature=0.8',)
+  config.eval.max_len = 8
   decoders = spec.decoders_from_config(config.eval)
   # Top-k verification is argmax-only: no sampled row takes it.
   assert [d.name for d in decoders] == [
@@ -95,7 +97,7 @@ def test_sampled_rows_are_timed_against_ancestral_sampling():
   # Decoded: greedy (the first), ancestral and blockwise sampling.
   decoders = [decoders[0], decoders[4], decoders[5]]
   report = text.evaluate(model, task, 'validation', decoders,
-                         batch_size=4, max_len=8, log=lambda _: None)
+                         batch_size=4, log=lambda _: None)
   rows = {r['decoder']: r for r in report['rows']}
   ancestral = rows['ancestral temperature=0.8']
   assert ancestral['speedup'] == 1.0 and ancestral['sampler'] == (

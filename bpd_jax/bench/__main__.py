@@ -40,11 +40,11 @@ def main(argv):
   bleu = lambda tokens: text.bleu(
       [task.vocab.decode(row) for row in tokens], references,
       tokenized_text=task.vocab.tokenized_text)[0]
-  tuning = plan.tune(decoder, task, max_len)
+  tuning = plan.tune(decoder, task)
   begin = time.perf_counter()
   batches = plan.batches(sources, decoder.config.max_source_len,
                          decoder.config.pad_id)
-  rows = runner.run(decoder, batches, plan.settings(tuning), max_len=max_len,
+  rows = runner.run(decoder, batches, plan.settings(tuning),
                     repeats=plan.repeats, quality=bleu,
                     progress=lambda line: print(line, flush=True))
   table = (sharded.table(job.model, config, batches[max(batches)][0][0],

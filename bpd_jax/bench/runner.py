@@ -62,7 +62,7 @@ def head_parameters(model) -> int:
 
 def run(decoder: generate.Decoder,
         batches: dict[int, list[tuple[np.ndarray, int]]],
-        settings: Sequence[DecoderSpec | AutoSpec], *, max_len: int,
+        settings: Sequence[DecoderSpec | AutoSpec], *,
         repeats: int = 3,
         quality: Callable[[np.ndarray], float] | None = None,
         progress: Callable[[str], None] = print) -> list[dict]:
@@ -72,9 +72,8 @@ def run(decoder: generate.Decoder,
     decoder: the model's Decoder.
     batches: {batch size: [(inputs [batch, length], real rows), ...]}, the
       same examples at every batch size (the last batch filled up).
-    settings: from `settings.sweep`; greedy first. An AutoSpec measures
-      its own loop costs while it compiles.
-    max_len: most tokens generated per example.
+    settings: from `settings.sweep`, all of one max_len; greedy first.
+      An AutoSpec measures its own loop costs while it compiles.
     repeats: timed rounds over all batches per setting.
     quality: tokens [examples, max_len] -> a quality score (e.g. BLEU).
     progress: one line per step of the run.
@@ -87,16 +86,16 @@ def run(decoder: generate.Decoder,
   rows = []
   for batch_size, batch_list in batches.items():
     rows += _run_batch_size(
-        decoder, batch_size, batch_list, settings, max_len=max_len,
+        decoder, batch_size, batch_list, settings,
         repeats=repeats, quality=quality,
         progress=lambda line, b=batch_size: progress(f'batch {b}: {line}'))
   return rows
 
 
-def _run_batch_size(decoder, batch_size, batch_list, settings, *, max_len,
-                    repeats, quality, progress) -> list[dict]:
+def _run_batch_size(decoder, batch_size, batch_list, settings, *, repeats,
+                    quality, progress) -> list[dict]:
   """The rows of one batch size: its measurements, then a row a setting."""
-  model = decoder.model
+  model, max_len = decoder.model, settings[0].max_len
   source_len = batch_list[0][0].shape[1]
   ks = _step_cost_ks(settings)
   progress(f'step costs T(k) for k = {ks}')
@@ -106,10 +105,10 @@ def _run_batch_size(decoder, batch_size, batch_list, settings, *, max_len,
   # Decoded first: each setting's first call compiles the program (its
   # compile_s), which the loop timings below then run with forced
   # iterations.
-  measured = evaluation.run(decoder, batch_list, settings, max_len=max_len,
-                            repeats=repeats, progress=progress)
+  measured = evaluation.run(decoder, batch_list, settings, repeats=repeats,
+                            progress=progress)
   # What each setting decoded with (auto: what it chose for this shape).
-  decoded = [run.spec.decoded(max_len, batch_size, source_len)
+  decoded = [run.spec.decoded(batch_size, source_len)
              for run in measured]
   # One iteration of each decode's loop (a sampling loop's own warping and
   # draws included), and its program's peak memory.

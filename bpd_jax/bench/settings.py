@@ -8,6 +8,7 @@ and the sweep of settings it times.
 """
 
 import dataclasses
+import functools
 from typing import Sequence
 
 from absl import app
@@ -65,21 +66,24 @@ _QUICK = flags.DEFINE_boolean(
     'sources (flags given explicitly keep their values).')
 
 
-def setting(k: int = 1, criterion: str = 'exact', min_block: int = 1,
-            sampler: str = '', tree: str | decoding.Tree = '') -> DecoderSpec:
-  """A fixed decoder of the sweep, named as the bench names it: 'greedy'
-  (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2' (widths), 'k=5 tree:32' (a
-  `decoding.Tree` of 32 nodes), 'ancestral temperature=0.7', 'k=4
-  temperature=0.7'."""
-  spec = DecoderSpec(k, criterion, min_block, sampler=sampler, tree=tree)
+def setting(max_len: int, k: int = 1, criterion: str = 'exact',
+            min_block: int = 1, sampler: str = '',
+            tree: str | decoding.Tree = '') -> DecoderSpec:
+  """A fixed decoder of the sweep, `max_len` tokens an example, named as
+  the bench names it: 'greedy' (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2'
+  (widths), 'k=5 tree:32' (a `decoding.Tree` of 32 nodes), 'ancestral
+  temperature=0.7', 'k=4 temperature=0.7'."""
+  spec = DecoderSpec.of(max_len, k, criterion, min_block, sampler=sampler,
+                        tree=tree)
   return dataclasses.replace(spec, name=spec.name.removeprefix('blockwise '))
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           min_blocks: Sequence[int] = (1,),
           tuning: auto_k.AutoK | None = None, samplers: Sequence[str] = (),
-          trees: Sequence[str] = ()) -> list[DecoderSpec | AutoSpec]:
-  """Greedy first (the reference), every blockwise combination (k > 1),
+          trees: Sequence[str] = (), *,
+          max_len: int) -> list[DecoderSpec | AutoSpec]:
+  """Every setting decodes `max_len` tokens an example. Greedy first (the reference), every blockwise combination (k > 1),
   the trees (widths specs) at every k deeper than them with exact
   verification, then where a tuning is given its trees (`AutoK.trees`, the
   most probable of each size) at their depth and k='auto'; then per sampler
@@ -90,20 +94,22 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   for spec in samplers:
     decoding.Sampler.from_spec(spec)
   ks = [k for k in ks if k > 1]  # Greedy decoding is the first setting.
-  settings = [setting()]
-  settings += [setting(k, criterion, min_block)
+  setting_ = functools.partial(setting, max_len)
+  settings = [setting_()]
+  settings += [setting_(k, criterion, min_block)
                for criterion in criteria for min_block in min_blocks
                for k in ks if min_block <= k]
   for tree in trees:
     depth = len(tree.split(','))
     decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
-    settings += [setting(k, tree=tree) for k in ks if k > depth]
+    settings += [setting_(k, tree=tree) for k in ks if k > depth]
   if tuning is not None:
-    settings += [setting(tree.depth + 1, tree=tree) for tree in tuning.trees]
-    settings.append(AutoSpec(tuning))
+    settings += [setting_(tree.depth + 1, tree=tree)
+                 for tree in tuning.trees]
+    settings.append(AutoSpec(tuning, max_len))
   for sampler in samplers:
-    settings.append(setting(sampler=sampler))
-    settings += [setting(k, criterion, sampler=sampler)
+    settings.append(setting_(sampler=sampler))
+    settings += [setting_(k, criterion, sampler=sampler)
                  for criterion in criteria for k in ks
                  if criterion.split(':')[0] in SAMPLING_CRITERIA]
   return settings
@@ -114,6 +120,7 @@ class Plan:
   """The bench's flags, read and checked (`parse`).
 
   Attributes:
+    max_len: most tokens generated per example (eval.max_len).
     ks, criteria, min_blocks, samplers, trees: the sweep (`sweep`).
     batch_sizes: the batch sizes timed.
     tree_sizes: nodes of the most probable trees: rows of their own and
@@ -125,6 +132,7 @@ class Plan:
     output_dir: where the reports go (None: WORKDIR/bench).
     sharding_table: also the rule sets' table (`sharded.table`).
   """
+  max_len: int
   ks: list[int]
   criteria: list[str]
   min_blocks: list[int]
@@ -141,9 +149,10 @@ class Plan:
   def settings(self, tuning: auto_k.AutoK | None = None) -> list:
     """The sweep, with k='auto' where `tuning` is given."""
     return sweep(self.ks, self.criteria, self.min_blocks, tuning=tuning,
-                 samplers=self.samplers, trees=self.trees)
+                 samplers=self.samplers, trees=self.trees,
+                 max_len=self.max_len)
 
-  def tune(self, decoder, task, max_len: int) -> auto_k.AutoK | None:
+  def tune(self, decoder, task) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training
     sources (not the timed ones); None without them."""
     if not self.calibration_examples:
@@ -156,7 +165,8 @@ class Plan:
     return auto_k.tune_k(
         decoder, batching.pad_rows(calibration, max_source_len,
                                    pad_id=decoder.config.pad_id),
-        max_len=max_len, candidates=self.ks, tree_sizes=self.tree_sizes)
+        max_len=self.max_len, candidates=self.ks,
+        tree_sizes=self.tree_sizes)
 
   def batches(self, sources, max_source_len: int, pad_id: int) -> dict:
     """{batch size: [(inputs [batch, length], real rows)]} of `sources`,
@@ -175,7 +185,7 @@ def parse(config) -> Plan:
   if max(ks) > heads:
     raise app.UsageError(f'--ks={ks} exceed the model\'s {heads} heads.')
   values = dict(
-      ks=ks, criteria=list(_CRITERIA.value),
+      max_len=config.eval.max_len, ks=ks, criteria=list(_CRITERIA.value),
       min_blocks=_ints('min_blocks', _MIN_BLOCKS.value),
       samplers=list(_SAMPLERS.value or config.eval.samplers),
       trees=list(_TREES.value or ()),
@@ -193,7 +203,7 @@ def parse(config) -> Plan:
                          'sources: they need '
                          '--calibration_examples > 0.')
   for spec in plan.settings():  # Samplers and criteria checked together.
-    spec.options(config.eval.max_len).check(
+    spec.options.check(
         heads, 2**31, drafters.dependent(config.model.head_layer))
   return plan
 

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from bpd_jax import decoding
 from bpd_jax import evaluation
 from bpd_jax import generate
 from bpd_jax.decoding import refine
@@ -49,34 +50,37 @@ def compare(decoder: generate.Decoder, sources: Sequence[Sequence[int]],
   batches = list(batching.eval_batches(sources, d.batch_size,
                                        decoder.config.max_source_len,
                                        pad_id=decoder.config.pad_id))
-  chosen = variants(d.ks, list(zip(d.refinements, refinements)))
-  rows = run(decoder, batches, chosen, rescorers, max_len=max_len,
-             repeats=d.repeats, progress=progress)
+  chosen = variants(d.ks, list(zip(d.refinements, refinements)),
+                    max_len=max_len)
+  rows = run(decoder, batches, chosen, rescorers, repeats=d.repeats,
+             progress=progress)
   return dict(batch_size=d.batch_size, repeats=d.repeats, rows=rows)
 
 
 def variant(k: int, spec: str = '',
-            refinement: refine.Refinement | None = None) -> DecoderSpec:
+            refinement: refine.Refinement | None = None, *,
+            max_len: int) -> DecoderSpec:
   """A blockwise decoder of the comparison: plain ('k=3 plain'), or refined
   by `refinement` (parsed from `spec`: 'k=3 ngram:...', see
-  `decoding.Refinement.from_spec`)."""
-  return DecoderSpec(k, refinement=refinement, refinement_spec=spec,
-                     name=f'k={k} ' + (spec or 'plain'))
+  `decoding.Refinement.from_spec`), `max_len` tokens an example."""
+  return DecoderSpec(
+      decoding.DecodeOptions(max_len=max_len, k=k, refinement=refinement),
+      name=f'k={k} ' + (spec or 'plain'), refinement_spec=spec)
 
 
 def variants(ks: Sequence[int],
-             refinements: Sequence[tuple[str, refine.Refinement]]
-             ) -> list[DecoderSpec]:
+             refinements: Sequence[tuple[str, refine.Refinement]], *,
+             max_len: int) -> list[DecoderSpec]:
   """Greedy, then per k plain blockwise and every refinement."""
-  out = [DecoderSpec(name='greedy')]
+  out = [DecoderSpec(decoding.DecodeOptions(max_len=max_len), 'greedy')]
   for k in ks:
-    out.append(variant(k))
-    out += [variant(k, spec, r) for spec, r in refinements]
+    out.append(variant(k, max_len=max_len))
+    out += [variant(k, spec, r, max_len=max_len) for spec, r in refinements]
   return out
 
 
 def run(decoder: generate.Decoder, batches: list[tuple[np.ndarray, int]],
-        chosen: Sequence[DecoderSpec], rescorers: dict, *, max_len: int,
+        chosen: Sequence[DecoderSpec], rescorers: dict, *,
         repeats: int, progress: Callable[[str], None] = print) -> list[dict]:
   """Decodes every batch with every variant, `repeats` interleaved rounds.
 
@@ -85,15 +89,14 @@ def run(decoder: generate.Decoder, batches: list[tuple[np.ndarray, int]],
     batches: [(inputs [batch, length], real rows)].
     chosen: from `variants`; greedy first.
     rescorers: {'ngram': NgramModel, 'neural': LM} as the refinements need.
-    max_len: most tokens generated per example.
     repeats: timed rounds.
     progress: one line per step.
 
   Returns:
     one dict per variant (COLUMNS and more).
   """
-  measured = evaluation.run(decoder, batches, chosen, max_len=max_len,
-                            repeats=repeats, rescorers=rescorers,
+  measured = evaluation.run(decoder, batches, chosen, repeats=repeats,
+                            rescorers=rescorers,
                             progress=progress)
   reference, greedy_wall = measured[0].outputs.tokens, measured[0].wall_s
   plain = {}

@@ -79,7 +79,7 @@ def flat_images(images: np.ndarray) -> int:
 
 
 def evaluate(model, task: image_task.ImageTask, split: str,
-             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
+             decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
              param_rules=(), draft_vocab=None, log=print) -> dict:
   """Decodes the images of `split` with every decoder.
@@ -88,10 +88,10 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     model: the Transformer (encoder over the input image's intensities).
     task: the image task.
     split: split name.
-    decoders: greedy first (the reference of speedups and comparisons).
-    batch_size: images decoded together.
-    max_len: tokens decoded per image: a target's H * W * C intensities
+    decoders: greedy first (the reference of speedups and comparisons),
+      each decoding a target's H * W * C intensities, its max_len
       (`ImageVocabulary.decode` refuses any other length).
+    batch_size: images decoded together.
     num_examples: the first this many images (0: all).
     repeats, mesh, param_rules, draft_vocab, log: as
       `reports.Report.evaluate` takes them.
@@ -110,7 +110,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     raise ValueError(f'split {split!r} has no images to decode.')
   sources, _ = task.sources(split, model.config.max_source_len, num_examples)
   measured = runner.decode_sources(
-      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
       draft_vocab=draft_vocab, log=log)
   baselines = {'bicubic': images_lib.bicubic(low, shape[0])}

@@ -79,7 +79,7 @@ def _negative_log_likelihood(model, prompts, continuations):
 
 
 def evaluate(model, task: lm_task.LMTask, split: str,
-             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
+             decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
              param_rules=(), draft_vocab=None, log=print) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
@@ -89,9 +89,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     task: the language-model task.
     split: split name, e.g. 'validation'.
     decoders: greedy first (the reference of speedups and
-      identical_to_greedy).
+      identical_to_greedy), each generating its max_len tokens a prompt.
     batch_size: prompts decoded together.
-    max_len: tokens generated per prompt.
     num_examples: the first this many prompts (0: all); perplexity is
       always over the whole split.
     repeats, mesh, param_rules, draft_vocab, log: as
@@ -113,7 +112,7 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
         f'max_source_len={model.config.max_source_len} and kept their end.')
   measured = runner.decode_sources(
-      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
       draft_vocab=draft_vocab, log=log)
   rows = runner.comparison_rows(measured, decoders)

@@ -11,6 +11,7 @@ eval.every training steps (`periodic`, the callback `train.train` is
 given). A new kind adds its module and one entry of `REPORTS`.
 """
 
+import functools
 from typing import Callable, Protocol
 
 import jax
@@ -31,14 +32,14 @@ class Report(Protocol):
 
   def evaluate(self, model, task: tasks.Task, split: str,
                decoders: list[DecoderSpec], *, batch_size: int,
-               max_len: int, num_examples: int = 0, repeats: int = 1,
+               num_examples: int = 0, repeats: int = 1,
                mesh=None, param_rules=(), draft_vocab=None,
                log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
-    most `max_len` tokens each; returns the result: 'rows', one per
-    decoder (the names of the decoders), beside any baseline's, and the
-    kind's own figures. Each kind documents its other arguments; these
+    most each decoder's max_len tokens an example; returns the result:
+    'rows', one per decoder (the names of the decoders), beside any
+    baseline's, and the kind's own figures. Each kind documents its other arguments; these
     every kind passes on alike (`runner.decode_sources`):
 
     Args:
@@ -76,7 +77,7 @@ def report(config, workdir: str, model, task: tasks.Task,
   result = _report_of(config).evaluate(
       model, task, config.eval.split,
       spec.decoders_from_config(config.eval),
-      batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+      batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
       mesh=mesh, param_rules=rules, draft_vocab=draft_ids, log=log)
   if jax.process_index() == 0:
@@ -97,10 +98,11 @@ def periodic(config):
     model, placed_mesh, rules = placement.placement(model, config, mesh,
                                                     log=quiet)
     k = model.config.num_proposal_heads
-    decoders = [DecoderSpec()] + ([DecoderSpec(k)] if k > 1 else [])
+    spec = functools.partial(DecoderSpec.of, config.eval.max_len)
+    decoders = [spec()] + ([spec(k)] if k > 1 else [])
     result = task_report.evaluate(
         model, task, config.eval.split, decoders,
-        batch_size=config.eval.batch_size, max_len=config.eval.max_len,
+        batch_size=config.eval.batch_size,
         num_examples=config.eval.periodic_examples, mesh=placed_mesh,
         param_rules=rules, log=quiet)
     values = task_report.training_figures(result)

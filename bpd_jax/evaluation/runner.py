@@ -95,7 +95,7 @@ class Measurement:
 
 
 def run(decoder: generate.Decoder, batches: Batches,
-        specs: Sequence[DecoderSpec | AutoSpec], *, max_len: int,
+        specs: Sequence[DecoderSpec | AutoSpec], *,
         repeats: int = 1, rescorers=None,
         progress: Callable[[str], None] = lambda _: None
         ) -> list[Measurement]:
@@ -104,8 +104,8 @@ def run(decoder: generate.Decoder, batches: Batches,
   Args:
     decoder: the model's Decoder.
     batches: [(inputs [batch, length], real rows)].
-    specs: greedy first: the reference the callers compare against.
-    max_len: most tokens generated per example.
+    specs: greedy first: the reference the callers compare against; each
+      decodes its own max_len tokens an example.
     repeats: timed rounds over all batches per spec.
     rescorers: {'ngram': ..., 'neural': ...}, as the refinements need.
     progress: one line per step.
@@ -123,7 +123,7 @@ def run(decoder: generate.Decoder, batches: Batches,
     # A sampling decoder's key is its batch's index: each round draws the
     # same samples, each batch others.
     return jax.block_until_ready(
-        [spec.run(decoder, batches[index][0], max_len, rescorers, key=index)
+        [spec.run(decoder, batches[index][0], rescorers, key=index)
          for index in indices])
 
   compile_s = {}
@@ -131,12 +131,10 @@ def run(decoder: generate.Decoder, batches: Batches,
   for i, spec in enumerate(specs):
     progress(f'compiling {spec.name} ({i + 1}/{len(specs)})')
     begin = time.perf_counter()
-    jax.block_until_ready(spec.run(decoder, first_inputs, max_len,
-                                   rescorers))
+    jax.block_until_ready(spec.run(decoder, first_inputs, rescorers))
     first = time.perf_counter() - begin
     begin = time.perf_counter()
-    jax.block_until_ready(spec.run(decoder, first_inputs, max_len,
-                                   rescorers))
+    jax.block_until_ready(spec.run(decoder, first_inputs, rescorers))
     compile_s[spec] = max(first - (time.perf_counter() - begin), 0.0)
 
   walls = {spec: [0.0] * repeats for spec in specs}
@@ -160,7 +158,7 @@ def run(decoder: generate.Decoder, batches: Batches,
 
 def decode_sources(model, sources: Sequence[Sequence[int]],
                    decoders: Sequence[DecoderSpec], *, batch_size: int,
-                   max_len: int, repeats: int = 1, mesh=None,
+                   repeats: int = 1, mesh=None,
                    param_rules=(), draft_vocab=None,
                    log: Callable[[str], None] = print) -> list[Measurement]:
   """Every decoder over `sources`, as each report runs them (`run`).
@@ -172,7 +170,6 @@ def decode_sources(model, sources: Sequence[Sequence[int]],
       max_source_len (`batching.eval_batches`).
     decoders: greedy first (the reference).
     batch_size: examples decoded together.
-    max_len: most tokens generated per example.
     repeats, mesh, param_rules, draft_vocab, log: as
       `reports.Report.evaluate` takes them.
 
@@ -184,7 +181,7 @@ def decode_sources(model, sources: Sequence[Sequence[int]],
                                        pad_id=model.config.pad_id))
   decoder = generate.Decoder(model, mesh=mesh, param_rules=param_rules,
                              log=log, draft_vocab=draft_vocab)
-  return run(decoder, batches, decoders, max_len=max_len, repeats=repeats)
+  return run(decoder, batches, decoders, repeats=repeats)
 
 
 def _chunks(count: int, per_round: int = 10) -> list[range]:

@@ -1,74 +1,110 @@
-"""One decoder to measure: greedy, blockwise, refined (`DecoderSpec`), or
-k='auto' (`AutoSpec`).
+"""One decoder to measure: a name and its `decoding.DecodeOptions`
+(`DecoderSpec`), or k='auto' (`AutoSpec`).
 
 The text and image reports, the bench and the drafts comparison all
 describe what they decode with these specs; `runner.run` decodes and times
 them side by side. Both kinds answer the same questions: `name`, `kind`,
-`decoded(...)` (the options a batch shape was decoded with), `run` and
-`reference`; a `DecoderSpec` has its `options(max_len)` (what
-`generate.Decoder.decode` takes) for every shape.
+`max_len`, `decoded(batch_size, length)` (the options a batch shape was
+decoded with), `run` and `reference`, and give a row its columns (`k`,
+`criterion`, `min_block`, `sampler`).
 """
 
 import dataclasses
+import functools
 
 from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import generate
-from bpd_jax.decoding import refine
 
 
 @dataclasses.dataclass(frozen=True)
 class DecoderSpec:
   """A decoder of fixed options: greedy (k = 1), blockwise, refined,
-  sampled.
+  sampled; a row's name and the one `decoding.DecodeOptions` it decodes
+  with.
 
   Attributes:
-    k: block size; 1 is greedy decoding (ancestral sampling with a
-      sampler), as in `decoding.DecodeOptions`.
-    criterion: verification criterion spec ('exact', 'top-k:2',
-      'distance:16', see `decoding.from_spec`).
-    min_block: minimum block size l.
-    refinement: draft refinement (Kim et al. 2024), None for plain drafts;
-      its rescorer is looked up by name in the `rescorers` given to `run`.
-    refinement_spec: the refinement as written ('ngram:p=2,t=2'), for rows.
+    options: the decode (its max_len included).
     name: the row's label; by default 'greedy', 'blockwise k=4 top-k:2 l=2',
-      'ancestral temperature=0.7', 'blockwise k=4 temperature=0.7' (the
-      reports' names; the bench and the drafts comparison give their own).
-    sampler: '' (argmax), or a `decoding.Sampler.from_spec` spec: ancestral
-      sampling for k = 1, blockwise sampling otherwise.
-    tree: '' (one draft a call), the widths of a tree of the heads'
-      candidates of depth k - 1 (`decoding.Tree.from_spec`, e.g. '2,2'),
-      or a `decoding.Tree` of depth k - 1 (e.g. `Tree.best`'s).
+      'ancestral temperature=0.7', 'blockwise k=4 temperature=0.7',
+      'blockwise k=4 tree=2,2' (widths) or 'blockwise k=5 tree:32' (a Tree
+      of 32 nodes) (`default_name`; the bench and the drafts comparison
+      give their own).
+    refinement_spec: the refinement as written ('ngram:p=2,t=2'), for the
+      default name.
   """
-  k: int = 1
-  criterion: str = 'exact'
-  min_block: int = 1
-  refinement: refine.Refinement | None = None
-  refinement_spec: str = ''
+  options: decoding.DecodeOptions
   name: str = ''
-  sampler: str = ''
-  tree: str | decoding.Tree = ''
+  refinement_spec: str = ''
 
   def __post_init__(self):
+    if not isinstance(self.options, decoding.DecodeOptions):
+      raise ValueError(f'options={self.options!r} is not a '
+                       f'decoding.DecodeOptions.')
     if not self.name:
-      object.__setattr__(self, 'name', self._default_name())
+      object.__setattr__(self, 'name', self.default_name())
 
-  def _default_name(self) -> str:
+  @classmethod
+  def of(cls, max_len: int, k: int = 1, criterion: str = 'exact',
+         min_block: int = 1, *, sampler: str = '',
+         tree: str | decoding.Tree = '', refinement_spec: str = '',
+         window: int = 0, name: str = '') -> 'DecoderSpec':
+    """The spec of options written as configs and flags write them
+    (`DecodeOptions.from_specs`): criterion 'top-k:2', sampler
+    'temperature=0.7', tree '2,2' (widths) or a `decoding.Tree`,
+    refinement 'ngram:p=2,t=2' (with the neural rescorer's `window`)."""
+    given = tree if isinstance(tree, decoding.Tree) else None
+    options = decoding.DecodeOptions.from_specs(
+        max_len=max_len, k=k, criterion=criterion, min_block=min_block,
+        refinement=refinement_spec, window=window, sampler=sampler,
+        tree='' if given is not None else tree)
+    if given is not None:
+      options = dataclasses.replace(options, tree=given)
+    if not name and tree and given is None:  # Named by its widths.
+      name = cls(options, 'unnamed', refinement_spec).default_name(
+          f'tree={tree}')
+    return cls(options, name, refinement_spec)
+
+  def default_name(self, tree_name: str = '') -> str:
+    """The reports' name of the options (see `name`); `tree_name` names
+    the tree ('tree=2,2'; default: its spec, 'tree:7')."""
+    options = self.options
     sampled = f' {self.sampler}' if self.sampler else ''
-    if self.k == 1:
+    if options.k == 1:
       return f'ancestral{sampled}' if self.sampler else 'greedy'
     extra = '' if self.criterion == 'exact' else f' {self.criterion}'
-    extra += f' l={self.min_block}' if self.min_block > 1 else ''
+    extra += f' l={options.min_block}' if options.min_block > 1 else ''
     extra += f' {self.refinement_spec}' if self.refinement_spec else ''
-    extra += f' {self.tree_name}' if self.tree else ''
-    return f'blockwise k={self.k}{extra}{sampled}'
+    if options.tree is not None:
+      extra += f' {tree_name or options.tree.spec}'
+    return f'blockwise k={options.k}{extra}{sampled}'
 
   @property
-  def tree_name(self) -> str:
-    """'tree=2,2' (widths) or 'tree:N' (a Tree of N nodes); '' without."""
-    if isinstance(self.tree, decoding.Tree):
-      return self.tree.spec
-    return f'tree={self.tree}' if self.tree else ''
+  def max_len(self) -> int:
+    return self.options.max_len
+
+  @property
+  def k(self) -> int:
+    return self.options.k
+
+  @property
+  def criterion(self) -> str:
+    """The criterion's spec ('exact', 'top-k:2', ...), a row's column."""
+    return self.options.criterion.spec
+
+  @property
+  def min_block(self) -> int:
+    return self.options.min_block
+
+  @property
+  def refinement(self) -> decoding.Refinement | None:
+    return self.options.refinement
+
+  @property
+  def sampler(self) -> str:
+    """The sampler's spec ('' without one), a row's column."""
+    sampler = self.options.sampler
+    return '' if sampler is None else sampler.spec
 
   @property
   def kind(self) -> str:
@@ -77,50 +113,30 @@ class DecoderSpec:
       return 'blockwise'
     return 'ancestral' if self.sampling else 'greedy'
 
-  def options(self, max_len: int) -> decoding.DecodeOptions:
-    """The decode this spec runs."""
-    return decoding.DecodeOptions(
-        max_len=max_len, k=self.k,
-        criterion=decoding.from_spec(self.criterion),
-        min_block=self.min_block, refinement=self.refinement,
-        sampler=(decoding.Sampler.from_spec(self.sampler) if self.sampler
-                 else None),
-        tree=self._tree())
-
-  def _tree(self) -> decoding.Tree | None:
-    """The Tree to decode with (its depth is checked with the options)."""
-    if isinstance(self.tree, decoding.Tree) or not self.tree:
-      return self.tree or None
-    return decoding.Tree.from_spec(self.tree, self.k - 1)
-
-  def decoded(self, max_len: int, batch_size: int,
-              length: int) -> decoding.DecodeOptions:
-    """The options a batch of this shape was decoded with: `options`."""
-    del batch_size, length
-    return self.options(max_len)
-
   @property
   def sampling(self) -> bool:
     """Whether the decoder draws its tokens (temperature > 0)."""
-    return bool(self.sampler) and not decoding.Sampler.from_spec(
-        self.sampler).greedy
+    return self.options.sampling
 
-  def run(self, decoder: generate.Decoder, inputs, max_len: int,
-          rescorers=None, key=0) -> decoding.DecodeResult:
+  def decoded(self, batch_size: int, length: int) -> decoding.DecodeOptions:
+    """The options a batch of this shape was decoded with: `options`."""
+    del batch_size, length
+    return self.options
+
+  def run(self, decoder: generate.Decoder, inputs, rescorers=None,
+          key=0) -> decoding.DecodeResult:
     """Decodes `inputs` [batch, length].
 
     Args:
       decoder: the model's Decoder.
       inputs: [batch, length] token ids, right-padded.
-      max_len: most tokens generated per example.
       rescorers: {'ngram': ..., 'neural': ...}, as refinements need.
       key: a sampling decoder's seed or key (see `generate.Decoder.decode`).
     """
     rescorer = None
     if self.refinement is not None:
       rescorer = (rescorers or {}).get(self.refinement.rescorer)
-    return decoder.decode(inputs, self.options(max_len), rescorer=rescorer,
-                          key=key)
+    return decoder.decode(inputs, self.options, rescorer=rescorer, key=key)
 
   def reference(self, specs: list) -> 'DecoderSpec':
     """What this decoder's speedup is measured against: greedy decoding
@@ -140,9 +156,11 @@ class AutoSpec:
 
   Attributes:
     tuning: `auto_k.tune_k`'s AutoK; its criterion is the decoder's.
+    max_len: most tokens generated per example.
     name: the row's label.
   """
   tuning: auto_k.AutoK
+  max_len: int
   name: str = 'auto'
   kind = 'auto'
   min_block = 1
@@ -153,22 +171,22 @@ class AutoSpec:
   def criterion(self) -> str:
     return self.tuning.criterion
 
-  def decoded(self, max_len: int, batch_size: int,
-              length: int) -> decoding.DecodeOptions:
+  def decoded(self, batch_size: int, length: int) -> decoding.DecodeOptions:
     """The options `run` chose for a batch of this shape (a k, greedy
     decoding, or a tree)."""
     return auto_k.candidate_options(
-        self.tuning.chosen((batch_size, length, max_len)), max_len=max_len,
+        self.tuning.chosen((batch_size, length, self.max_len)),
+        max_len=self.max_len,
         criterion=decoding.from_spec(self.tuning.criterion))
 
-  def run(self, decoder: generate.Decoder, inputs, max_len: int,
-          rescorers=None, key=0) -> decoding.DecodeResult:
+  def run(self, decoder: generate.Decoder, inputs, rescorers=None,
+          key=0) -> decoding.DecodeResult:
     """Decodes `inputs` [batch, length] with `auto_k.AutoDecoder` (no
     rescorer, no key: argmax decoding without a refinement); a new batch
     shape is calibrated first."""
     del rescorers, key
-    return auto_k.AutoDecoder(decoder, self.tuning).decode(inputs,
-                                                           max_len=max_len)
+    return auto_k.AutoDecoder(decoder, self.tuning).decode(
+        inputs, max_len=self.max_len)
 
   def reference(self, specs: list) -> DecoderSpec:
     """Greedy decoding, the first of `specs`."""
@@ -187,12 +205,12 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   ('exact': the rejection rule; 'typical:...'). A k of 1 in eval.ks is
   the greedy (or ancestral) row already there."""
   ks = [k for k in eval_config.ks if k > 1]
-  specs = [DecoderSpec()] + [
-      DecoderSpec(k, criterion, eval_config.min_block)
-      for k in ks for criterion in eval_config.criteria]
-  for sampler in eval_config.get('samplers', ()):
-    specs.append(DecoderSpec(sampler=sampler))
-    specs += [DecoderSpec(k, criterion, sampler=sampler)
+  spec = functools.partial(DecoderSpec.of, eval_config.max_len)
+  specs = [spec()] + [spec(k, criterion, eval_config.min_block)
+                      for k in ks for criterion in eval_config.criteria]
+  for sampler in eval_config.samplers:
+    specs.append(spec(sampler=sampler))
+    specs += [spec(k, criterion, sampler=sampler)
               for k in ks for criterion in eval_config.criteria
               if criterion.split(':')[0] in SAMPLING_CRITERIA]
   return specs

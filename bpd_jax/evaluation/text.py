@@ -52,7 +52,7 @@ def bleu(hypotheses: list[str], references: list[str],
 
 
 def evaluate(model, task: tasks.TextualTask, split: str,
-             decoders: list[DecoderSpec], *, batch_size: int, max_len: int,
+             decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
              param_rules=(), draft_vocab=None, log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
@@ -62,12 +62,12 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     task: a text task (vocabulary and sentence pairs).
     split: split name, e.g. 'validation'.
     decoders: greedy must come first: it is the reference of the speedups
-      and of identical_to_greedy (a sampling decoder's speedup is over the
+      and of identical_to_greedy (its max_len, most tokens a sentence,
+      cuts the references the heads' accuracy is measured on) (a sampling decoder's speedup is over the
       ancestral sampling of its sampler, which must be among them; its
       identical_to_greedy is None).
     batch_size: sentences decoded together (a multiple of the mesh's data
       axis when a mesh is given).
-    max_len: most tokens generated per sentence.
     num_examples: the first this many sentences (0: all).
     repeats, mesh, param_rules, draft_vocab, log: as
       `reports.Report.evaluate` takes them.
@@ -88,7 +88,7 @@ def evaluate(model, task: tasks.TextualTask, split: str,
         f'max_source_len={model.config.max_source_len} and were cut.')
   references = [target for _, target in pairs]
   measured = runner.decode_sources(
-      model, sources, decoders, batch_size=batch_size, max_len=max_len,
+      model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
       draft_vocab=draft_vocab, log=log)
   rows = runner.comparison_rows(measured, decoders)
@@ -105,6 +105,8 @@ def evaluate(model, task: tasks.TextualTask, split: str,
   padded = batching.pad_rows(sources, model.config.max_source_len,
                              pad_id=model.config.pad_id)
   heads = model.config.num_proposal_heads
+  # The references, cut where the decoders' outputs are.
+  max_len = decoders[0].max_len
   references_tokens = [(tokens + [model.config.eos_id])[:max_len] for tokens
                        in task.vocab.encode_many(references)]
   head_accuracy = dict(
