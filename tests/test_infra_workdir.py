@@ -184,6 +184,23 @@ def test_a_record_from_before_an_added_field(tmp_path):
     train(config, tmp_path)
 
 
+def test_a_record_without_any_added_field_resumes_and_reads(tmp_path):
+  """Each added field's value compares equal to its record as config.json
+  writes it (a tuple reads back as a list): a run recorded before the
+  fields existed, with the values they stand for, is no other config."""
+  config = train_configs.demo_config()
+  train(config, tmp_path)
+  record = tmp_path / 'config.json'
+  fields = json.loads(record.read_text())
+  dropped = [field for field, value in workdir.ADDED_FIELDS.items()
+             if fields.get(field, object()) == value]
+  assert 'model.draft_feature_layers' in dropped
+  record.write_text(json.dumps({field: value for field, value
+                                in fields.items() if field not in dropped}))
+  assert train(config, tmp_path, write=False) == []
+  assert read(config, tmp_path) == []
+
+
 def test_an_image_run_recorded_before_fitted_references(tmp_path):
   """Residuals were bicubic's before task.reference existed: such a run
   resumes and reads with reference='bicubic' and refuses 'linear'."""

@@ -85,7 +85,8 @@ ADDED_FIELDS = {
     'train.head_targets': 'data',  # The heads learned the true tokens.
     'train.draft_inputs': 'data',  # Teacher forcing.
     'model.draft_source': 'none',  # The draft layer read no source.
-    'model.draft_feature_layers': (),  # The draft layer read the top only.
+    # The draft layer read the top only ([]: as config.json writes a tuple).
+    'model.draft_feature_layers': [],
     'model.block_layers': 1,  # No block drafter: its default.
     'train.head_loss_decay': 0.0,  # The heads weighed the same.
     'train.read_unverified': False,  # Unverifiable steps were refused.
