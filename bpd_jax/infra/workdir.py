@@ -101,6 +101,12 @@ ADDED_FIELDS = {
     # Image residuals were taken from bicubic upsampling, with no filter.
     'task.reference': 'bicubic', 'task.reference_window': 5,
     'task.reference_path': '',
+    # The defaults of a task's optional fields (spec.TaskSpec.defaults),
+    # written into a config since they are filled in by the task check: a
+    # run whose config left one out did what the default does.
+    'task.targets': 'intensities', 'task.scales': [1, 2, 4, 8],
+    'task.seed': 0, 'task.mock_examples': 0,
+    'task.vocab_type': 'sentencepiece', 'task.distilled': '',
 }
 
 # The record's entries that are no config field: the run's vocabulary, as
