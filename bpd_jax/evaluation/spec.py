@@ -190,7 +190,7 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   specs = [DecoderSpec()] + [
       DecoderSpec(k, criterion, eval_config.min_block)
       for k in ks for criterion in eval_config.criteria]
-  for sampler in eval_config.get('samplers', ()):
+  for sampler in eval_config.samplers:
     specs.append(DecoderSpec(sampler=sampler))
     specs += [DecoderSpec(k, criterion, sampler=sampler)
               for k in ks for criterion in eval_config.criteria
