@@ -66,6 +66,7 @@ def check(config) -> None:
   largest = max((i for i in ids if numeric.is_integer(i)), default=0)
   model = factory.model_config_from(config,
                                     vocab_size=max(1024, largest + 1))
+  tasks.check_model(config, model)  # What the task needs of the model.
   tasks.check(config)  # The task's own fields, and what it needs of others.
   _check_task_fits(config.task, model)
   train, ev = config.train, config.eval

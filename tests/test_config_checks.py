@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from bpd_jax import config_checks
+from bpd_jax.models.transformer_config import SIZES
 
-from train_configs import demo_config
+from train_configs import demo_config, load_config
 
 
 def test_demo_configs_pass():
@@ -193,6 +194,18 @@ def test_a_block_drafter_samples_its_anchors_and_decays_its_heads():
     config.train.head_loss_decay = value
     with pytest.raises(ValueError, match='train.head_loss_decay'):
       config_checks.check(config)
+
+
+def test_a_language_model_of_its_sizes_encoder_is_refused():
+  """Without model.num_encoder_layers the depth is its size's (the
+  model factory's rule), which the message names."""
+  config = load_config('lm_demo')
+  config_checks.check(config)
+  del config.model['num_encoder_layers']
+  depth = SIZES[config.model.size]['num_encoder_layers']
+  with pytest.raises(ValueError, match=(
+      rf'set model.num_encoder_layers=0 \(it is {depth}\)')):
+    config_checks.check(config)
 
 
 def test_missing_section():

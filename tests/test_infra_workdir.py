@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from bpd_jax import config_checks
+from bpd_jax import tasks
 from bpd_jax.infra import errors
 from bpd_jax.infra import workdir
 
@@ -182,6 +184,38 @@ def test_a_record_from_before_an_added_field(tmp_path):
   with pytest.raises(errors.WorkdirError, match=(
       r'train.head_position_fraction 1.0 \(saved\) vs 0.5 \(now\)')):
     train(config, tmp_path)
+
+
+def test_a_record_without_any_added_field_resumes_and_reads(tmp_path):
+  """Each added field's value compares equal to its record as config.json
+  writes it (a tuple reads back as a list): a run recorded before the
+  fields existed, with the values they stand for, is no other config."""
+  config = train_configs.demo_config()
+  train(config, tmp_path)
+  record = tmp_path / 'config.json'
+  fields = json.loads(record.read_text())
+  dropped = [field for field, value in workdir.ADDED_FIELDS.items()
+             if fields.get(field, object()) == value]
+  assert 'model.draft_feature_layers' in dropped
+  record.write_text(json.dumps({field: value for field, value
+                                in fields.items() if field not in dropped}))
+  assert train(config, tmp_path, write=False) == []
+  assert read(config, tmp_path) == []
+
+
+def test_a_record_from_before_task_defaults_were_filled_in(tmp_path):
+  """A run whose config left a task's optional fields out was recorded
+  without them; the config check now fills them in (tasks.check), and
+  the run still resumes and reads."""
+  config = train_configs.load_config('sr_demo')
+  defaults = tasks.get('embedded_images').defaults
+  assert config.task.scales == defaults['scales']
+  del config.task['scales']
+  train(config, tmp_path)
+  config_checks.check(config)
+  assert config.task.scales == defaults['scales']
+  assert train(config, tmp_path, write=False) == []
+  assert read(config, tmp_path) == []
 
 
 def test_an_image_run_recorded_before_fitted_references(tmp_path):

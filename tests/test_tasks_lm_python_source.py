@@ -174,7 +174,7 @@ def test_config_checks():
   config = ml_collections.ConfigDict(dict(
       task=task_config('', max_source_len=24),
       model=dict(num_encoder_layers=0, max_source_len=25, max_target_len=80),
-      eval=dict(max_len=8, ks=(2,))))
+      eval=dict(max_len=8, ks=(2,), split='validation')))
   with pytest.raises(ValueError, match='max_source_len=24 .* must be below'):
     tasks.check(config)
   config.task.vocab_size = 10

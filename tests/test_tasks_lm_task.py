@@ -88,7 +88,6 @@ def test_check_model_accepts_a_model_that_fits():
 
 
 @pytest.mark.parametrize('model,prompt,message', [
-    (dict(num_encoder_layers=2), 0, 'set model.num_encoder_layers=0'),
     (dict(max_source_len=8), 0, 'model.max_source_len=8 must hold'),
     (dict(max_target_len=39), 0, r'decode .*: 40\)'),
     (dict(), 9, r'training sequence \(41 positions\)'),
@@ -96,6 +95,14 @@ def test_check_model_accepts_a_model_that_fits():
 def test_check_model_names_the_field(model, prompt, message):
   with pytest.raises(ValueError, match=message):
     task_lib.check_model(config(**model), train_prompt_len=prompt)
+
+
+def test_an_encoder_is_refused_with_its_depth():
+  task_lib.check_decoder_only('python_source', 0)
+  with pytest.raises(ValueError, match=r"task.name='python_source' trains a "
+                     r'decoder-only model: set model.num_encoder_layers=0 '
+                     r'\(it is 2\)'):
+    task_lib.check_decoder_only('python_source', 2)
 
 
 def test_check_config_checks_what_every_lm_task_shares():

@@ -1,9 +1,12 @@
 """The task registry: names, kinds, checks, and loading through it."""
 
+import json
+
 import ml_collections
 import pytest
 
 from bpd_jax import tasks
+from bpd_jax.infra import workdir
 
 
 def test_every_task_is_registered_with_its_kind():
@@ -36,6 +39,44 @@ def test_require_kind_names_the_job(job, message):
     tasks.require_kind(job_config('embedded_images'), ('text', 'lm'),
                        job=job)
   assert str(error.value).startswith(message)
+
+
+def image_config(**task_fields):
+  """An embedded_images config without the section's optional fields,
+  locked as a job's --config is."""
+  config = ml_collections.ConfigDict(dict(
+      task=dict(name='embedded_images', high_res=8, low_res=4,
+                sizes=dict(train=40), max_source_len=48, max_target_len=192,
+                **task_fields),
+      eval=dict(max_len=192, grid_examples=2, split='validation'),
+      train=dict()))
+  config.lock()
+  return config
+
+
+def test_check_and_load_fill_in_the_missing_defaults():
+  defaults = tasks.get('embedded_images').defaults
+  assert {'scales', 'seed', 'targets', 'reference'} <= set(defaults)
+  config = image_config(seed=3)
+  tasks.check(config)
+  assert {field: config.task[field] for field in defaults} == {
+      **defaults, 'seed': 3}
+  section = image_config().task
+  task = tasks.load_task(section, '/nonexistent')
+  assert section.scales == defaults['scales'] and task.vocab.targets == (
+      'intensities')
+  with pytest.raises(AttributeError):
+    section.seeds = 1  # Still locked: a typo is no new field.
+
+
+def test_every_default_is_what_a_record_without_it_compares_as():
+  """A run recorded before a default was filled in compares as if it
+  held the default (infra/workdir.py ADDED_FIELDS, as config.json writes
+  it: a tuple as a list)."""
+  for name in tasks.NAMES:
+    for field, value in tasks.get(name).defaults.items():
+      assert workdir.ADDED_FIELDS[f'task.{field}'] == json.loads(
+          json.dumps(value)), (name, field)
 
 
 def test_check_runs_the_task_own_checks():

@@ -85,7 +85,8 @@ ADDED_FIELDS = {
     'train.head_targets': 'data',  # The heads learned the true tokens.
     'train.draft_inputs': 'data',  # Teacher forcing.
     'model.draft_source': 'none',  # The draft layer read no source.
-    'model.draft_feature_layers': (),  # The draft layer read the top only.
+    # The draft layer read the top only ([]: as config.json writes a tuple).
+    'model.draft_feature_layers': [],
     'model.block_layers': 1,  # No block drafter: its default.
     'train.head_loss_decay': 0.0,  # The heads weighed the same.
     'train.read_unverified': False,  # Unverifiable steps were refused.
@@ -100,6 +101,12 @@ ADDED_FIELDS = {
     # Image residuals were taken from bicubic upsampling, with no filter.
     'task.reference': 'bicubic', 'task.reference_window': 5,
     'task.reference_path': '',
+    # The defaults of a task's optional fields (spec.TaskSpec.defaults),
+    # written into a config since they are filled in by the task check: a
+    # run whose config left one out did what the default does.
+    'task.targets': 'intensities', 'task.scales': [1, 2, 4, 8],
+    'task.seed': 0, 'task.mock_examples': 0,
+    'task.vocab_type': 'sentencepiece', 'task.distilled': '',
 }
 
 # The record's entries that are no config field: the run's vocabulary, as

@@ -24,9 +24,11 @@ task section it reads:
                              summarisation or question answering on a TFDS
                              dataset (LM1B, CNN/DailyMail, XSum, SQuAD).
 
-Every task section also has max_source_len and max_target_len (>= 2). A
-loaded task follows the `Task` protocol (spec.py: vocab, splits,
-encoded(split), train_examples(process_index, process_count),
+Every task section also has max_source_len and max_target_len (>= 2); the
+optional fields of a task's section have their defaults in its TaskSpec
+(`defaults`), filled in by `check` and `load_task` before anything reads
+the section. A loaded task follows the `Task` protocol (spec.py: vocab,
+splits, encoded(split), train_examples(process_index, process_count),
 train_source_len(max_source_len), sources(split, max_len)); a text task
 (text.task.TextTask) and a language-model task (lm.task.LMTask: prompt ->
 continuation, for decoder-only models) also follow `TextualTask`
@@ -50,6 +52,7 @@ from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import tfds_images
 from bpd_jax.tasks.lm import jsonl_prompts
 from bpd_jax.tasks.lm import python_source
+from bpd_jax.tasks.lm import task as lm_task
 from bpd_jax.tasks.lm import text_files
 from bpd_jax.tasks.lm import tfds_lm
 from bpd_jax.tasks.spec import Task, TaskSpec, TextualTask
@@ -64,7 +67,7 @@ _SPECS = {spec.name: spec for spec in (
 NAMES = tuple(_SPECS)
 
 __all__ = ['NAMES', 'Task', 'TaskSpec', 'TextualTask', 'check',
-           'check_loaded', 'get', 'load_task', 'require_kind']
+           'check_loaded', 'check_model', 'get', 'load_task', 'require_kind']
 
 # What each job that needs some kinds of task does, for its refusal message.
 _JOBS = {
@@ -91,11 +94,22 @@ def get(name: str) -> TaskSpec:
   return _SPECS[name]
 
 
+def _completed(section) -> TaskSpec:
+  """The task of a `task` section, its missing fields filled in from the
+  task's defaults: the one place they are filled in (`check` and
+  `load_task` both come through here, so a bare section is completed
+  too)."""
+  spec = get(section.name)
+  spec.fill_defaults(section)
+  return spec
+
+
 def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
   """The task a config's `task` section describes.
 
   Args:
-    config: the `task` ConfigDict: name, and the fields its module documents.
+    config: the `task` ConfigDict: name, and the fields its module documents
+      (the optional ones it lacks are filled in from the task's defaults).
     workdir: where a trained vocabulary is saved (and found on resume), and
       preprocessed TFDS data cached (WORKDIR/data/).
     train_vocab: train a missing SentencePiece vocabulary, or fit a missing
@@ -112,7 +126,7 @@ def load_task(config, workdir: str, train_vocab: bool = True) -> Task:
       file that cannot be used (the message names the file, and the line).
   """
   try:
-    return get(config.name).load(config, workdir, train_vocab=train_vocab)
+    return _completed(config).load(config, workdir, train_vocab=train_vocab)
   except errors.JobError:
     raise
   except FileNotFoundError as error:
@@ -140,10 +154,29 @@ def check(config) -> None:
   The task's name, max lengths (>= 2), and what its module checks: its task
   section and the fields of other sections it constrains (e.g. the
   super-resolution report's eval fields, token-count batches for WMT).
+  The task section's missing optional fields are filled in first (its
+  task's defaults), so a run's record holds them.
   """
-  spec = get(config.task.name)
+  spec = _completed(config.task)
   at_least(config.task, 'task', max_source_len=2, max_target_len=2)
   spec.check(config)
+
+
+def check_model(config, model) -> None:
+  """What the task needs of its model, as the model factory resolves it
+  (the model section's fields over its size's: a size's encoder depth is
+  known there alone): a language-model task's is decoder-only.
+
+  Args:
+    config: the whole config.
+    model: its model section resolved (models/factory.py
+      `model_config_from`), e.g. a TransformerConfig.
+
+  Raises:
+    ValueError: naming the field.
+  """
+  if get(config.task.name).kind == 'lm':
+    lm_task.check_decoder_only(config.task.name, model.num_encoder_layers)
 
 
 def require_kind(config, kinds: tuple[str, ...], job: str) -> None:

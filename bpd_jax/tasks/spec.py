@@ -131,7 +131,7 @@ def _no_check(config: ml_collections.ConfigDict) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
-  """A task: its name, kind, config check and loader.
+  """A task: its name, kind, config check, loader and field defaults.
 
   Attributes:
     name: the config's task.name.
@@ -147,13 +147,28 @@ class TaskSpec:
       field of what this task reads (task section, and the fields of other
       sections it constrains); runs before any work. The registry checks
       task.name and the max lengths of every task itself.
+    defaults: {field: value} of the optional fields of its task section,
+      declared here once: the registry fills in those a section lacks
+      (`fill_defaults`) before the check or the loader reads it, so they
+      read plain attributes. A run recorded before a default was filled
+      in compares as if it held it (infra/workdir.py ADDED_FIELDS).
   """
   name: str
   kind: str
   load: Loader
   check: Callable[[ml_collections.ConfigDict], None] = _no_check
+  defaults: collections.abc.Mapping[str, object] = dataclasses.field(
+      default_factory=dict)
 
   def __post_init__(self):
     if self.kind not in KINDS:
       raise ValueError(f'task {self.name!r}: kind={self.kind!r} is not one '
                        f'of {KINDS}.')
+
+  def fill_defaults(self, section: ml_collections.ConfigDict) -> None:
+    """Adds to the task section each field of `defaults` it lacks (a
+    locked section too: a job's --config is locked against typos)."""
+    with section.unlocked():
+      for field, value in self.defaults.items():
+        if field not in section:
+          section[field] = value

@@ -21,9 +21,9 @@ The 'embedded_images' task's section, besides the image fields of
 images/task.py:
   sizes: {split: number of crops}, splits of 'train', 'validation', 'test'
     (each split its own photos); 'train' is needed.
-  scales: optional, the photos' downsampling factors crops are cut at
-    (default (1, 2, 4, 8)).
-  seed: optional, the crops' seed (default 0).
+  scales: optional, the photos' downsampling factors crops are cut at.
+  seed: optional, the crops' seed.
+The optional fields' defaults are `DEFAULTS`.
 """
 
 import functools
@@ -58,7 +58,9 @@ PHOTOS = {
     'validation': ('astronaut',),
     'test': ('grace_hopper',),
 }
-DEFAULT_SCALES = (1, 2, 4, 8)
+# The optional fields of the section (spec.TaskSpec.defaults): fine
+# texture to whole objects; the image fields' own (images/task.py).
+DEFAULTS = dict(task_lib.DEFAULTS, scales=(1, 2, 4, 8), seed=0)
 
 
 def _path(package: str, name: str) -> str:
@@ -96,8 +98,8 @@ def _scaled(name: str, scale: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=8)
 def crops(split: str, count: int, high_res: int, low_res: int,
-          scales: tuple[int, ...] = DEFAULT_SCALES,
-          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+          scales: tuple[int, ...] = DEFAULTS['scales'],
+          seed: int = DEFAULTS['seed']) -> tuple[np.ndarray, np.ndarray]:
   """`count` seeded crops of the split's photos, as super-resolution pairs.
 
   Each crop draws a (photo, scale) pair uniformly among the pairs where the
@@ -155,7 +157,7 @@ def _check_section(task) -> None:
     if not numeric.is_integer(count) or count < 1:
       raise ValueError(f'task.sizes[{split!r}]={count!r} must be an '
                        f'integer >= 1.')
-  scales = tuple(task.get('scales', DEFAULT_SCALES))
+  scales = tuple(task.scales)
   if not scales or not all(numeric.is_integer(s) and s >= 1 for s in scales):
     raise ValueError(f'task.scales={scales!r} must be integers >= 1.')
 
@@ -172,8 +174,7 @@ def _load(config, workdir: str,
   training crops and saved there when `train_vocab`."""
   _check_section(config)
   high_res, low_res = config.high_res, config.low_res
-  scales = tuple(config.get('scales', DEFAULT_SCALES))
-  seed = config.get('seed', 0)
+  scales, seed = tuple(config.scales), config.seed
   readers = {split: (lambda split=split, count=count: crops(
       split, count, high_res, low_res, scales, seed))
              for split, count in config.sizes.items()}
@@ -184,4 +185,4 @@ def _load(config, workdir: str,
 
 
 SPEC = spec.TaskSpec(name='embedded_images', kind='image', load=_load,
-                     check=_check)
+                     check=_check, defaults=DEFAULTS)

@@ -13,16 +13,15 @@ fields, besides their own, are:
   high_res: side of the targets (e.g. 32).
   low_res: side of the inputs (e.g. 8); high_res must be a multiple of it.
   max_source_len, max_target_len: low_res**2 * 3 and high_res**2 * 3.
-  targets: 'intensities' (default) or 'residuals' (`vocabulary`).
-  reference: what residuals are taken from: 'bicubic' (default), or
-    'linear', a linear filter fitted on the training images
-    (images/fitted_filter.py, kept in the run's workdir).
-  reference_window: the fitted filter's input neighbourhood, odd (default
-    5).
-  reference_path: optional, another run's fitted filter to read (that of
-    the run a warm start starts from); default: the workdir's, fitted by
-    the training job.
-`check` below checks them, and the fields of the super-resolution report
+  targets: 'intensities' or 'residuals' (`vocabulary`).
+  reference: what residuals are taken from: 'bicubic', or 'linear', a
+    linear filter fitted on the training images (images/fitted_filter.py,
+    kept in the run's workdir).
+  reference_window: the fitted filter's input neighbourhood, odd.
+  reference_path: another run's fitted filter to read (that of the run a
+    warm start starts from); '': the workdir's, fitted by the training job.
+The last four are optional, their defaults `DEFAULTS`. `check` below checks
+them, and the fields of the super-resolution report
 (bpd_jax/evaluation/image.py) in the eval section.
 """
 
@@ -40,7 +39,11 @@ from bpd_jax.tasks.images import fitted_filter
 from bpd_jax.tasks.images import tokens as images_lib
 
 ImagePair = tuple[np.ndarray, np.ndarray]  # (low uint8 [N,h,w,C], high ...).
-DEFAULT_WINDOW = 5  # task.reference_window where the section has none.
+# The optional fields of an image task's section (spec.TaskSpec.defaults):
+# intensity targets, and residuals, when asked for, from bicubic
+# upsampling (a fitted filter, when asked for, reads 5x5 input pixels).
+DEFAULTS = dict(targets='intensities', reference='bicubic',
+                reference_window=5, reference_path='')
 
 
 class ImagePairs(collections.abc.Sequence):
@@ -168,21 +171,20 @@ REFERENCES = ('bicubic', 'linear')  # task.reference's values.
 
 def vocabulary(task, reference: fitted_filter.FittedFilter | None = None
                ) -> images_lib.ImageVocabulary:
-  """The vocabulary of a task section's `targets` form ('intensities'
-  where it has none), residuals taken from `reference` (None: bicubic).
+  """The vocabulary of a task section's `targets` form, residuals taken
+  from `reference` (None: bicubic).
 
   Raises:
     ValueError: an unknown form, or a bad reference field.
   """
-  targets = task.get('targets', 'intensities')
-  kind = task.get('reference', 'bicubic')
+  targets, kind = task.targets, task.reference
   if kind not in REFERENCES:
     raise ValueError(f'task.reference={kind!r} is not one of {REFERENCES}.')
   if kind != 'bicubic' and targets != 'residuals':
     raise ValueError(f'task.reference={kind!r} is what residuals are taken '
                      f'from: it needs task.targets=\'residuals\', not '
                      f'{targets!r}.')
-  window = task.get('reference_window', DEFAULT_WINDOW)
+  window = task.reference_window
   if not (numeric.is_integer(window) and window >= 1 and window % 2):
     raise ValueError(f'task.reference_window={window!r} must be a positive '
                      f'odd integer.')
@@ -197,11 +199,11 @@ def run_vocabulary(task, workdir: str, train: bool,
   `training_images()` and saved there when `train`:
   fitted_filter.reference_filter)."""
   checked = vocabulary(task)  # Its fields, before any fitting.
-  if task.get('reference', 'bicubic') == 'bicubic':
+  if task.reference == 'bicubic':
     return checked
   fitted = fitted_filter.reference_filter(
-      workdir, task.get('reference_window', DEFAULT_WINDOW), training_images,
-      train, task.get('reference_path', ''))
+      workdir, task.reference_window, training_images, train,
+      task.reference_path)
   return images_lib.ImageVocabulary(checked.targets, fitted)
 
 

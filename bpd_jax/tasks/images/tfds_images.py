@@ -20,8 +20,9 @@ images/task.py:
   data_dir: where `tfds build celeb_a --file_format=array_record` put it.
   splits: {our split: TFDS split}, must include 'train'; a slice such as
     'test[:256]' reads fewer (TFDS mock data ignores slices).
-  mock_examples: 0, or N: TFDS mock data of N random images a split (no
-    data dir needed), to try the pipeline without the dataset.
+  mock_examples: optional, 0 (the default: the dataset), or N: TFDS mock
+    data of N random images a split (no data dir needed), to try the
+    pipeline without the dataset.
 """
 
 import os
@@ -40,6 +41,9 @@ from bpd_jax.tasks.images import task as task_lib
 from bpd_jax.tasks.images import tokens as images_lib
 
 _READ_CHUNK = 1_000  # Images read and downsampled at a time.
+# The optional fields of the section (spec.TaskSpec.defaults): the real
+# data; the image fields' own (images/task.py).
+DEFAULTS = dict(task_lib.DEFAULTS, mock_examples=0)
 
 
 def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
@@ -168,7 +172,7 @@ def _load(config, workdir: str,
   `train_vocab`."""
   _check_section(config)
   image_shape, low_res_shape = task_lib.shapes(config)
-  mock_examples = config.get('mock_examples', 0)
+  mock_examples = config.mock_examples
   high_res, low_res = config.high_res, config.low_res
   sources = open_sources(config.dataset, config.data_dir, config.splits,
                          high_res, mock_examples)
@@ -192,4 +196,4 @@ def _load(config, workdir: str,
 
 
 SPEC = spec.TaskSpec(name='tfds_images', kind='image', load=_load,
-                     check=_check)
+                     check=_check, defaults=DEFAULTS)

@@ -27,7 +27,8 @@ The task section's fields, besides name:
     are eval.max_len long at most).
   vocab_type, vocab_path: 'hf' and the Hugging Face model folder (its
     tokenizer and ids), as configs/hf_heads.py sets them.
-  distilled: '' or the directory `python -m bpd_jax.distill` wrote.
+  distilled: '' (the default) or the directory `python -m bpd_jax.distill`
+    wrote.
 """
 
 import json
@@ -84,7 +85,7 @@ def _check(config) -> None:
     raise ValueError(f'task.path={task.path!r} must name the JSONL file of '
                      f'prompts.')
   task_lib.check_config(config, SPLITS, train_prompts=True, continued=False)
-  if task.get('distilled') and config.eval.max_len > task.max_target_len:
+  if task.distilled and config.eval.max_len > task.max_target_len:
     raise ValueError(
         f'eval.max_len={config.eval.max_len} (the distilled continuations\' '
         f'length) exceeds task.max_target_len={task.max_target_len}: they '
@@ -95,18 +96,18 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   prompts = read_prompts(config.path)
   vocab = task_lib.lm_vocab(config, workdir, train_vocab,
                             lambda: list(prompts))
-  if config.get('distilled'):
+  if config.distilled:
     examples = task_lib.read_distilled(config.distilled, vocab)
   else:
     examples = batching.EncodedPairs.from_pairs(
         (ids[max(len(ids) - config.max_source_len, 0):], [])
         for ids in vocab.encode_many(prompts) if ids)
   splits = task_lib.hold_out(examples)
-  if not config.get('distilled'):
+  if not config.distilled:
     splits['train'] = examples  # Every prompt: what the distill job reads.
   return task_lib.LMTask(vocab, splits, eval_prompt_len=config.max_source_len,
                          train_prompt_len=config.max_source_len)
 
 
 SPEC = spec.TaskSpec(name='jsonl_prompts', kind='lm', load=_load,
-                     check=_check)
+                     check=_check, defaults=task_lib.DISTILLED_DEFAULTS)

@@ -35,9 +35,10 @@ The task section's fields, besides name:
     files on the first run (WORKDIR/vocab.model) or an existing one.
   vocab_lines: lines of training code the vocabulary is trained on, a
     seeded sample (0: all).
-  distilled: '' or a directory `python -m bpd_jax.distill` wrote: the
-    training split is then the model's own continuations of the training
-    prompts (sequence-level distillation); the other splits stay the code.
+  distilled: '' (the default) or a directory `python -m bpd_jax.distill`
+    wrote: the training split is then the model's own continuations of the
+    training prompts (sequence-level distillation); the other splits stay
+    the code.
 """
 
 import os
@@ -176,7 +177,7 @@ def _check(config) -> None:
   task = config.task
   at_least(task, 'task', vocab_size=512, train_files=0, vocab_lines=0)
   task_lib.check_config(config, SPLITS,
-                        train_prompts=bool(task.get('distilled')),
+                        train_prompts=bool(task.distilled),
                         continued=True)
 
 
@@ -208,7 +209,7 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
     return reader
 
   readers = {split: examples(split) for split in SPLITS}
-  distilled = config.get('distilled', '')
+  distilled = config.distilled
   if distilled:  # The model's own continuations of the training prompts.
     readers['train'] = lambda: task_lib.read_distilled(distilled, vocab)
   for split in SPLITS[1:]:
@@ -247,4 +248,4 @@ def _nothing_to_evaluate(split: str, root: str, files: list[str],
 
 
 SPEC = spec.TaskSpec(name='python_source', kind='lm', load=_load,
-                     check=_check)
+                     check=_check, defaults=task_lib.DISTILLED_DEFAULTS)

@@ -158,6 +158,11 @@ def has_eval_example(examples: collections.abc.Iterable[tuple],
 
 
 VOCAB_TYPES = ('sentencepiece', 'hf')
+# The optional fields every LM task's section has (spec.TaskSpec.defaults):
+# a SentencePiece vocabulary of its own text (`lm_vocab`).
+DEFAULTS = dict(vocab_type='sentencepiece')
+# Those of a task that can train on a distilled corpus too: not distilled.
+DISTILLED_DEFAULTS = dict(DEFAULTS, distilled='')
 
 
 def lm_vocab(config, workdir: str, train_vocab: bool,
@@ -170,7 +175,7 @@ def lm_vocab(config, workdir: str, train_vocab: bool,
   (tokenizer.json, text/hf_vocab.py), with that checkpoint's own ids: the
   vocabulary of a model imported from there (configs/hf_heads.py).
   """
-  vocab_type = config.get('vocab_type', 'sentencepiece')
+  vocab_type = config.vocab_type
   if vocab_type not in VOCAB_TYPES:
     raise ValueError(f'task.vocab_type={vocab_type!r} is not one of '
                      f'{VOCAB_TYPES}.')
@@ -225,10 +230,24 @@ def hold_out(examples: batching.EncodedPairs
           for split in ('train', 'validation')}
 
 
+def check_decoder_only(task_name: str, num_encoder_layers: int) -> None:
+  """Raises ValueError unless the model is decoder-only.
+
+  Args:
+    task_name: the config's task.name, for the message.
+    num_encoder_layers: the model's encoder depth as the model factory
+      resolves it (model.num_encoder_layers, else its size's).
+  """
+  if num_encoder_layers != 0:
+    raise ValueError(
+        f'task.name={task_name!r} trains a decoder-only model: set '
+        f'model.num_encoder_layers=0 (it is {num_encoder_layers}).')
+
+
 def check_model(config, train_prompt_len: int) -> None:
   """Raises ValueError unless the model section fits an LM task.
 
-  A decoder-only model (model.num_encoder_layers = 0) whose positions hold
+  A model (decoder-only: `check_decoder_only`) whose positions hold
   a training sequence (train_prompt_len + task.max_target_len) and a
   decode (start token, a prompt of task.max_source_len, eval.max_len
   tokens and the block's k - 1 positions past them); its input width
@@ -239,11 +258,6 @@ def check_model(config, train_prompt_len: int) -> None:
     train_prompt_len: the prompt width of training batches (0: none).
   """
   model, task = config.model, config.task
-  if model.get('num_encoder_layers', 1) != 0:
-    raise ValueError(
-        f'task.name={task.name!r} trains a decoder-only model: set '
-        f'model.num_encoder_layers=0 (it is '
-        f'{model.get("num_encoder_layers", "the size default")}).')
   if model.max_source_len < task.max_source_len + 1:
     raise ValueError(
         f'model.max_source_len={model.max_source_len} must hold the start '
@@ -258,7 +272,6 @@ def check_model(config, train_prompt_len: int) -> None:
         f'sequence ({training} positions) and a decode (start token, '
         f'{task.max_source_len}-token prompt, eval.max_len='
         f'{config.eval.max_len}, k - 1 more: {decoding}).')
-
 
 
 def check_config(config, splits, *, train_prompts: bool,
@@ -290,6 +303,7 @@ def check_config(config, splits, *, train_prompts: bool,
         f'task.max_source_len={task.max_source_len} (the evaluation prompt) '
         f'must be below task.max_target_len={task.max_target_len} (an '
         f'example): the rest of an example is the reference continuation.')
+
 
 # A distilled LM corpus (bpd_jax.distill): the examples, and what they were
 # made with.

@@ -24,12 +24,12 @@ The task section's fields, besides name:
   extensions: file name endings to read, e.g. ('.py',) or ('.md', '.txt');
     (): every text file.
   vocab_type, vocab_path: 'hf' and a Hugging Face model folder (its
-    tokenizer and ids: configs/hf_heads.py), or 'sentencepiece' and an
-    existing model or '' (trained on the training text on the first run,
-    vocab_size pieces, vocab_lines sampled lines: 0 all).
-  distilled: '' or a directory `python -m bpd_jax.distill` wrote: the
-    training split is then the model's own continuations of the training
-    prompts (self-distillation); validation stays the text.
+    tokenizer and ids: configs/hf_heads.py), or 'sentencepiece' (the
+    default) and an existing model or '' (trained on the training text on
+    the first run, vocab_size pieces, vocab_lines sampled lines: 0 all).
+  distilled: '' (the default) or a directory `python -m bpd_jax.distill`
+    wrote: the training split is then the model's own continuations of the
+    training prompts (self-distillation); validation stays the text.
 """
 
 import functools
@@ -114,7 +114,7 @@ def _check(config) -> None:
                      f'file name endings, e.g. (".py",); () reads every text '
                      f'file.')
   task_lib.check_config(config, SPLITS,
-                        train_prompts=bool(task.get('distilled')),
+                        train_prompts=bool(task.distilled),
                         continued=True)
 
 
@@ -150,13 +150,13 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
 
   _check_examples(config, splits(), vocab.eos_id)
   readers = {split: lambda split=split: splits()[split] for split in SPLITS}
-  if config.get('distilled'):  # The model's own continuations.
+  if config.distilled:  # The model's own continuations.
     readers['train'] = lambda: task_lib.read_distilled(config.distilled,
                                                        vocab)
   return task_lib.LMTask(
       vocab, text_task.LazySplits(readers),
       eval_prompt_len=config.max_source_len,
-      train_prompt_len=config.max_source_len if config.get('distilled') else 0)
+      train_prompt_len=config.max_source_len if config.distilled else 0)
 
 
 def _check_examples(config, splits, eos_id: int) -> None:
@@ -177,4 +177,5 @@ def _check_examples(config, splits, eos_id: int) -> None:
         f'evaluation prompt): evaluation needs a token after the prompt.')
 
 
-SPEC = spec.TaskSpec(name='text_files', kind='lm', load=_load, check=_check)
+SPEC = spec.TaskSpec(name='text_files', kind='lm', load=_load, check=_check,
+                     defaults=task_lib.DISTILLED_DEFAULTS)

@@ -28,9 +28,10 @@ The 'tfds_lm' task's section, besides name:
   max_target_len: tokens of a continuation at most (an LM's example).
   train_limit: read the first N training examples (0: all).
   vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
-    trained on vocab_sample training examples (0: all), or an existing one;
-    vocab_type 'hf': the tokenizer of the Hugging Face model folder
-    vocab_path, with its ids (tasks/lm/task.py `lm_vocab`).
+    trained on vocab_sample training examples (0: all), or an existing one
+    (vocab_type 'sentencepiece', the default); vocab_type 'hf': the
+    tokenizer of the Hugging Face model folder vocab_path, with its ids
+    (tasks/lm/task.py `lm_vocab`).
   mock_examples: 0, or N: TFDS mock data of N random examples a split.
 """
 
@@ -235,4 +236,5 @@ def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
       train_prompt_len=config.max_source_len if prompted else 0)
 
 
-SPEC = spec.TaskSpec(name='tfds_lm', kind='lm', load=_load, check=_check)
+SPEC = spec.TaskSpec(name='tfds_lm', kind='lm', load=_load, check=_check,
+                     defaults=task_lib.DEFAULTS)

@@ -28,7 +28,8 @@ max_target_len:
   vocab_size, vocab_sample, vocab_path: the SentencePiece vocabulary,
     trained on vocab_sample seeded training pairs (saved in the workdir,
     reused on resume), or an existing model.
-  mock_examples: 0, or N: TFDS mock data of N random pairs a split.
+  mock_examples: optional, 0 (the default: the dataset), or N: TFDS mock
+    data of N random pairs a split.
 Training reads it in token-count batches (train.tokens_per_batch > 0).
 
 Each process reads only its own contiguous shard of the training split
@@ -54,6 +55,9 @@ from bpd_jax.tasks.text import task as task_lib
 from bpd_jax.tasks.text import vocab as vocab_lib
 
 _READ_CHUNK = 10_000  # Pairs read and encoded at a time.
+# The optional fields of the section (spec.TaskSpec.defaults): the real
+# data.
+DEFAULTS = dict(mock_examples=0)
 
 
 def open_sources(dataset: str, data_dir: str, splits: Mapping[str, str],
@@ -177,7 +181,7 @@ def _load(config, workdir: str,
   _check_section(config)
   sources = open_sources(
       config.dataset, config.data_dir, config.splits, config.source_lang,
-      config.target_lang, config.get('mock_examples', 0))
+      config.target_lang, config.mock_examples)
   train = sources['train']
   vocab = vocab_lib.sentencepiece_vocab(
       config, workdir, train_vocab,
@@ -185,7 +189,7 @@ def _load(config, workdir: str,
 
   def train_shard(process_index, process_count):
     name = re.sub(r'[^\w.-]+', '_', f'{config.dataset}'
-                  f'{".mock" if config.get("mock_examples", 0) else ""}'
+                  f'{".mock" if config.mock_examples else ""}'
                   f'.{train.split}')
     cache = os.path.join(workdir, 'data', f'{name}.{process_index}-of-'
                          f'{process_count}.npz')
@@ -196,4 +200,4 @@ def _load(config, workdir: str,
 
 
 SPEC = spec.TaskSpec(name='tfds_translation', kind='text', load=_load,
-                     check=_check)
+                     check=_check, defaults=DEFAULTS)
