@@ -45,13 +45,6 @@ def test_cross_attention_ignores_padding():
                              rtol=1e-6)
 
 
-def test_heads_must_divide_width():
-  with pytest.raises(ValueError, match='d_model=10 must be divisible by '
-                     'num_heads=4'):
-    attention.SelfAttention(10, 4, dtype=None, param_dtype=jnp.float32,
-                            rngs=nnx.Rngs(0))
-
-
 def _layer():
   return attention.SelfAttention(8, 2, dtype=None, param_dtype=jnp.float32,
                                  rngs=nnx.Rngs(0))
@@ -128,13 +121,6 @@ def test_local_extend_reads_a_window_whose_size_is_independent_of_the_cache():
   assert gathered(64) == gathered(4096)
 
 
-def test_local_window_rejects_bad_sizes():
-  with pytest.raises(ValueError, match='block=0 must be an integer >= 1'):
-    attention.LocalWindow(0, 2)
-  with pytest.raises(ValueError, match='memory=-1 must be an integer >= 0'):
-    attention.LocalWindow(2, -1)
-
-
 def _grouped(rotate=None, **kwargs):
   """4 query heads of width 8 over 2 key/value heads, on d_model 16."""
   return attention.SelfAttention(16, 4, num_kv_heads=2, head_dim=8,
@@ -188,10 +174,6 @@ def test_head_dim_and_biases_set_the_projections():
   assert params['out']['kernel'].shape == (32, 16)
   bare = _grouped(qkv_bias=False, out_bias=False)
   assert all(set(p) == {'kernel'} for p in nnx.state(bare, nnx.Param).values())
-  with pytest.raises(ValueError, match='num_heads=4 must be a multiple of '
-                     'num_kv_heads=3'):
-    attention.SelfAttention(16, 4, num_kv_heads=3, dtype=None,
-                            param_dtype=jnp.float32, rngs=nnx.Rngs(0))
 
 
 def test_rotary_cache_holds_rotated_keys_and_extends_as_the_full_pass():

@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from flax import nnx
 
 from bpd_jax.models import feed_forward
@@ -39,6 +38,3 @@ def test_hidden_dropout_only_with_randomness():
   assert not np.allclose(ffn(x, nnx.Rngs(dropout=0)), ffn(x, None))
 
 
-def test_unknown_kind():
-  with pytest.raises(ValueError, match="feed_forward='glu' is not one of"):
-    layer(kind='glu')

@@ -772,3 +772,16 @@ def test_bad_inputs_without_a_pad_token(inputs, message):
   model = random_model(0, dtype='float32', pad_id=-1)
   with pytest.raises(ValueError, match=message):
     generate.greedy(model, inputs, max_len=8)
+
+
+def test_several_drafts_are_refused_with_local_attention():
+  # Verified as a token tree, which local attention (image models) does
+  # not serve: refused before anything is compiled.
+  config = TransformerConfig.from_size(
+      'tiny', vocab_size=30, num_proposal_heads=3, local_attention_block=4,
+      num_encoder_layers=0)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  for kwargs in (dict(tree=Tree.from_spec('2', 2)),
+                 dict(refinement=Refinement(drafts=2, top_t=2))):
+    with pytest.raises(ValueError, match='local attention .* does not serve'):
+      generate.blockwise(model, [[3, 4, 5]], k=3, max_len=4, **kwargs)

@@ -42,8 +42,3 @@ def test_make_gives_the_kind_with_its_epsilon(kind, kind_type):
                      param_dtype=jnp.float32, rngs=nnx.Rngs(0))
   assert isinstance(layer, kind_type) and layer.epsilon == 1e-3
 
-
-def test_unknown_norm():
-  with pytest.raises(ValueError, match="norm='batch' is not one of"):
-    norms.make('batch', 4, epsilon=1e-3, dtype=None,
-               param_dtype=jnp.float32, rngs=nnx.Rngs(0))

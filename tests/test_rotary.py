@@ -123,7 +123,3 @@ def test_scaling_from_a_config_field():
   with pytest.raises(ValueError, match='must be None or a dict'):
     RopeScaling.from_fields('linear')
 
-
-def test_odd_head_dim_is_refused():
-  with pytest.raises(ValueError, match='head_dim=7 must be an even'):
-    rotary.Rotary(7)

@@ -1,7 +1,6 @@
 """LM tasks' examples: prompts, references, decoder inputs, shards, checks."""
 
 import ml_collections
-import numpy as np
 import pytest
 
 from bpd_jax.infra import token_ids

@@ -222,10 +222,6 @@ def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
   """The refinement's drafts (`refine.propose`): [batch, k] for one, else
   their tree (`tree.from_drafts`); the cache. Arguments as
   `_plain_draft`'s."""
-  if fns.draft is not None:
-    raise ValueError('draft refinement reads a lattice of independent '
-                     "heads' top-t; these heads read each other's proposals "
-                     '(DecodingFns.draft).')
   logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
                                       last)
   drafts = refine_lib.propose(

@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 
 from bpd_jax.decoding.types import Cache, DecodingFns
-from bpd_jax.infra import ops
 
 
 def prefill(fns: DecodingFns, cache: Cache,

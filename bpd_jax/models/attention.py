@@ -78,14 +78,6 @@ class LocalWindow:
   block: int
   memory: int
 
-  def __post_init__(self):
-    if not (isinstance(self.block, int) and self.block >= 1):
-      raise ValueError(f'local attention block={self.block!r} must be an '
-                       f'integer >= 1.')
-    if not (isinstance(self.memory, int) and self.memory >= 0):
-      raise ValueError(f'local attention memory={self.memory!r} must be an '
-                       f'integer >= 0.')
-
   def first_key(self, query_positions: jax.Array) -> jax.Array:
     """The first key position each query sees (may be negative)."""
     return query_positions // self.block * self.block - self.memory
@@ -158,15 +150,9 @@ class _Projections(nnx.Module):
 
   def __init__(self, d_model: int, num_heads: int,
                num_kv_heads: int | None = None, head_dim: int | None = None):
-    if head_dim is None:
-      if d_model % num_heads:
-        raise ValueError(
-            f'd_model={d_model} must be divisible by num_heads={num_heads}.')
-      head_dim = d_model // num_heads
+    # The sizes are TransformerConfig's, checked there.
+    head_dim = head_dim or d_model // num_heads
     num_kv_heads = num_kv_heads or num_heads
-    if num_heads % num_kv_heads:
-      raise ValueError(f'num_heads={num_heads} must be a multiple of '
-                       f'num_kv_heads={num_kv_heads}.')
     self.num_heads = num_heads
     self.num_kv_heads = num_kv_heads
     self.head_dim = head_dim

@@ -44,9 +44,6 @@ class FeedForward(nnx.Module):
       param_dtype: parameter dtype.
       rngs: initialisation randomness.
     """
-    if kind not in FEED_FORWARDS:
-      raise ValueError(f'feed_forward={kind!r} is not one of '
-                       f'{FEED_FORWARDS}.')
     linear = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
                   rngs=rngs)
     if kind == 'gated':

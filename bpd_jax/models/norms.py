@@ -49,7 +49,8 @@ class RMSNorm(nnx.Module):
 
 def make(kind: str, width: int, *, epsilon: float, dtype, param_dtype,
          rngs: nnx.Rngs) -> nnx.LayerNorm | RMSNorm:
-  """A norm of one of NORMS over `width` features.
+  """A norm of one of NORMS over `width` features (the kind checked by
+  TransformerConfig).
 
   Args:
     kind: 'layer' or 'rms'.
@@ -62,7 +63,5 @@ def make(kind: str, width: int, *, epsilon: float, dtype, param_dtype,
   if kind == 'layer':
     return nnx.LayerNorm(width, epsilon=epsilon, dtype=dtype,
                          param_dtype=param_dtype, rngs=rngs)
-  if kind == 'rms':
-    return RMSNorm(width, epsilon=epsilon, dtype=dtype,
-                   param_dtype=param_dtype)
-  raise ValueError(f'norm={kind!r} is not one of {NORMS}.')
+  return RMSNorm(width, epsilon=epsilon, dtype=dtype,
+                 param_dtype=param_dtype)

@@ -129,12 +129,6 @@ class Rotary:
   theta: float = 10_000.0
   scaling: RopeScaling | None = None
 
-  def __post_init__(self):
-    if not (numeric.is_integer(self.head_dim) and self.head_dim >= 2
-            and self.head_dim % 2 == 0):
-      raise ValueError(f'rotary positions rotate pairs: head_dim='
-                       f'{self.head_dim!r} must be an even integer >= 2.')
-
   def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
     """x rotated by its positions' angles.
 

@@ -578,10 +578,6 @@ class Transformer(nnx.Module):
       ([batch, n, ...] features as `extend`'s, updated cache); the outputs
       of a node equal those of the same tokens decoded as a chain.
     """
-    if self.config.local_window is not None:
-      raise ValueError('tree verification is not served with local '
-                       'attention (image models): decode with one draft.')
-
     positions = start[:, None] + depths
 
     def self_attend(i, module, y):
