@@ -100,6 +100,16 @@ def test_an_image_task_asks_for_the_extra_before_any_work(monkeypatch):
     tasks.check(config)
 
 
+def test_the_jobs_that_draw_figures_ask_for_the_extra_first(monkeypatch):
+  from bpd_jax.drafts import checks
+  from train_configs import load_config
+  config = load_config('demo')
+  monkeypatch.setattr(extras.importlib.util, 'find_spec',
+                      lambda name: None if name == 'matplotlib' else name)
+  with pytest.raises(errors.MissingPackageError, match='matplotlib is not '):
+    checks.check(config)  # The draft job's check, before its decodes.
+
+
 def test_an_installed_module_is_loaded():
   assert extras.load('os.path') is os.path
   extras.require()

@@ -18,6 +18,7 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import tasks
 from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
+from bpd_jax.infra import extras
 from bpd_jax.models import drafters
 from bpd_jax.tasks import batching
 
@@ -180,6 +181,7 @@ def parse(config) -> Plan:
   """The flags as a Plan (--quick applied), every setting checked against
   the config's model before any work; raises app.UsageError."""
   tasks.require_kind(config, ('text', 'lm'), job='bench')
+  extras.require()  # bench.png, drawn at the end: checked before any work.
   heads = config.model.num_proposal_heads
   ks = _ints('ks', _KS.value or list(config.eval.ks))
   if max(ks) > heads:

@@ -6,6 +6,7 @@ line (`decoding.Refinement.from_spec`): 'RESCORER:p=P,t=T,w=W', e.g.
 """
 
 from bpd_jax import decoding
+from bpd_jax.infra import extras
 from bpd_jax.infra import numeric
 from bpd_jax.models import drafters
 from bpd_jax.tasks.checks import at_least
@@ -16,6 +17,7 @@ def check(config, heads: int | None = None, vocab_size: int | None = None):
   if 'drafts' not in config:
     raise ValueError('the config has no `drafts` section (see '
                      'configs/demo.py).')
+  extras.require()  # The job's figure, drawn at the end.
   d = config.drafts
   ks = tuple(d.ks)
   if not ks or not all(numeric.is_integer(k) and k >= 2 for k in ks):
