@@ -273,7 +273,8 @@ def _copy(tmp_path, family_name, config=None, generation=None, drop=None,
           reshape=None, add=None) -> str:
   """A copy of a tiny checkpoint with config.json / generation_config.json
   fields changed and one tensor dropped, cut to half its rows, or added
-  (a random one, of the embedding's shape for lm_head.weight)."""
+  (the embedding negated for lm_head.weight, else the final norm's scales
+  negated)."""
   target = str(tmp_path / family_name)
   shutil.copytree(folder(family_name), target)
   for name, fields in (('config.json', config),
@@ -295,6 +296,6 @@ def _copy(tmp_path, family_name, config=None, generation=None, drop=None,
     if add:
       like = tensors['model.embed_tokens.weight' if add == 'lm_head.weight'
                      else 'model.norm.weight']
-      tensors[add] = np.ones_like(like)
+      tensors[add] = -like  # Differs, with a weight's magnitudes.
     safetensors_numpy.save_file(tensors, path)
   return target

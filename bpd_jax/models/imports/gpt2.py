@@ -91,6 +91,8 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
   Raises:
     errors.ConfigError: not a GPT-2, or one the Transformer does not model
       (naming the field and its value).
+    errors.DataError: a tensor stored in another dtype than config.json's
+      (`reader.Checkpoint.check_dtypes`).
   """
   hf = checkpoint.config
   origin = f'{checkpoint.folder}/{reader.CONFIG_FILE}'
@@ -113,6 +115,7 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
     raise errors.ConfigError(f'max_target_len={max_target_len} exceeds '
                              f'{origin}\'s n_positions={positions}.')
   stored = hf.get('dtype', hf.get('torch_dtype')) or 'float32'
+  checkpoint.check_dtypes(buffers=BUFFER_SUFFIXES)
   endoftext = endoftext_id(checkpoint)
   fields = dict(
       vocab_size=_size(hf, 'vocab_size', 50257, origin), d_model=d_model,
@@ -168,8 +171,10 @@ def load(checkpoint: reader.Checkpoint, config: TransformerConfig,
   weights in its base; the proposal heads are new layers of `seed`.
 
   Raises:
-    errors.DataError: a tensor the config implies is missing or misshapen,
-      another tensor is stored, or lm_head.weight differs from wte.weight.
+    errors.DataError: a tensor the config implies is missing, misshapen or
+      not a weight (`reader.Checkpoint.weight`: NaN, infinite, beyond
+      param_dtype, or bytes of another dtype), another tensor is stored,
+      or lm_head.weight differs from wte.weight.
   """
   model = Transformer(config, rngs=nnx.Rngs(seed))
   names = {name.removeprefix(PREFIX): name for name in checkpoint.names}
@@ -187,7 +192,7 @@ def load(checkpoint: reader.Checkpoint, config: TransformerConfig,
           f'{checkpoint.shape(stored)}; its config.json implies '
           f'{tuple(param.shape)}.')
     taken.add(stored)
-    param[...] = checkpoint.tensor(stored).astype(param.dtype)
+    param[...] = checkpoint.weight(stored, param.dtype).astype(param.dtype)
 
   owners = [(model, name, path) for name, path in MODEL_TENSORS.items()]
   owners += [(layer, f'h.{i}.{name}', path)

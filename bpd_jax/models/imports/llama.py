@@ -87,6 +87,8 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
   Raises:
     errors.ConfigError: not one of MODEL_TYPES, a field out of range, or
       one the Transformer does not model (naming the field and its value).
+    errors.DataError: a tensor stored in another dtype than config.json's
+      (`reader.Checkpoint.check_dtypes`).
   """
   hf = checkpoint.config
   origin = f'{checkpoint.folder}/{reader.CONFIG_FILE}'
@@ -130,6 +132,7 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
   biases = (QWEN2_BIASES if model_type == 'qwen2' else
             dict(qkv_bias=attention_bias, out_bias=attention_bias))
   stored = _stored_dtype(hf, origin)
+  checkpoint.check_dtypes(buffers=IGNORED_SUFFIXES)
   theta, scaling = _rope(hf, origin)
   fields = dict(
       vocab_size=_size(hf, 'vocab_size', origin), d_model=d_model,
@@ -159,12 +162,14 @@ def load(checkpoint: reader.Checkpoint, config: TransformerConfig,
   weights in its base; the proposal heads are new layers of `seed`.
 
   Raises:
-    errors.DataError: a tensor the config implies is missing or misshapen,
-      the folder holds a tensor the Transformer has no place for, or a
-      stored lm_head of a tied model differs from the embedding.
+    errors.DataError: a tensor the config implies is missing, misshapen or
+      not a weight (`reader.Checkpoint.weight`: NaN, infinite, beyond
+      param_dtype, or bytes of another dtype), the folder holds a tensor
+      the Transformer has no place for, or a stored lm_head of a tied
+      model differs from the embedding.
   """
   model = Transformer(config, rngs=nnx.Rngs(seed))
-  tensors = _Tensors(checkpoint)
+  tensors = _Tensors(checkpoint, config.param_dtype)
   embedding = model.target_embed.embedding
   _put(embedding, tensors.take('model.embed_tokens.weight', embedding.shape))
   if config.tie_output:
@@ -270,10 +275,12 @@ def _load_layer(layer, tensors: '_Tensors', prefix: str,
 
 class _Tensors:
   """The checkpoint's tensors, taken one at a time with their shape
-  checked; remembers which were taken, so that the rest can be named."""
+  checked and read as weights of `param_dtype` (`reader.Checkpoint.weight`);
+  remembers which were taken, so that the rest can be named."""
 
-  def __init__(self, checkpoint: reader.Checkpoint):
+  def __init__(self, checkpoint: reader.Checkpoint, param_dtype: str):
     self.checkpoint = checkpoint
+    self.param_dtype = param_dtype
     self.taken = set()
 
   def take(self, name: str, shape) -> np.ndarray:
@@ -287,7 +294,7 @@ class _Tensors:
           f'{self.checkpoint.file_of(name)}: tensor {name!r} has shape '
           f'{stored}; config.json implies {tuple(shape)}.')
     self.taken.add(name)
-    return self.checkpoint.tensor(name)
+    return self.checkpoint.weight(name, self.param_dtype)
 
   def unread(self) -> list[str]:
     return [name for name in self.checkpoint.names

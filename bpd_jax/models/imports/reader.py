@@ -6,6 +6,7 @@
     folder.shape('model.embed_tokens.weight')       # (128256, 2048), no read
     folder.dtype('model.embed_tokens.weight')       # bfloat16, no read
     folder.tensor('model.embed_tokens.weight')      # np.ndarray, read now
+    folder.weight('model.embed_tokens.weight')      # read and checked
 
 The folder is what `save_pretrained` writes or the Hub serves: config.json,
 generation_config.json where present, and the weights, either one
@@ -20,6 +21,16 @@ shard or index shows then); a tensor is read when asked for, one at a time,
 so that importing a large model does not hold the checkpoint in memory
 beside the model it fills. Tensors keep their stored dtype: bfloat16 is
 ml_dtypes.bfloat16 (the type jax uses), float16 is numpy's.
+
+A header can lie about its bytes where the sizes agree: bfloat16 and
+float16 are both 2 bytes, so a file that calls bfloat16 weights F16 reads
+back whole, every value wrong. Importers therefore compare the headers with
+config.json's dtype (`check_dtypes`, header only), and read each weight
+through `weight`, which refuses NaN and infinite values and weight matrices
+whose magnitudes no model has (bfloat16 weights read as float16 lie
+between 0.5 and 2, float16 weights read as bfloat16 below 1e-7). A lie about
+vectors alone (a norm's scales, a bias) is not detected: their values vary
+too much between models to tell.
 
 Every broken folder stops with one line naming the file
 (errors.MissingFileError, errors.DataError).
@@ -49,6 +60,18 @@ DTYPES = {'F64': np.dtype(np.float64), 'F32': np.dtype(np.float32),
           'I64': np.dtype(np.int64), 'I32': np.dtype(np.int32),
           'I16': np.dtype(np.int16), 'I8': np.dtype(np.int8),
           'U8': np.dtype(np.uint8), 'BOOL': np.dtype(np.bool_)}
+# config.json's dtype names -> safetensors' names of the same dtype.
+CONFIG_DTYPES = {'float64': 'F64', 'float32': 'F32', 'float16': 'F16',
+                 'bfloat16': 'BF16'}
+# The range of a weight matrix's median magnitude (over its nonzero values)
+# that a trained or newly initialised model has: weights ~1/sqrt(width)
+# and below. Bytes read as another 2-byte float fall outside it: bfloat16
+# weights in [2**-15, 2) read as float16 lie in [0.5, 2), float16 weights
+# below 0.25 read as bfloat16 below 1e-7.
+PLAUSIBLE_MEDIAN = (1e-6, 0.5)
+# Values of a matrix the median is taken over: an evenly strided sample
+# (a whole tensor's median would sort it).
+MEDIAN_SAMPLE = 1 << 16
 
 
 class _Entry(NamedTuple):
@@ -143,6 +166,43 @@ class Checkpoint:
           f'reader reads {", ".join(DTYPES)}.')
     return DTYPES[entry.dtype]
 
+  @property
+  def config_dtype(self) -> str | None:
+    """config.json's dtype (torch_dtype in files older than transformers
+    5), or None where it names none."""
+    return self.config.get('dtype', self.config.get('torch_dtype')) or None
+
+  def check_dtypes(self, buffers: tuple[str, ...] = ()):
+    """Checks from the headers alone that every floating tensor is stored
+    in config.json's dtype, where config.json names one the reader knows.
+
+    Args:
+      buffers: ends of names of tensors not compared: buffers the model
+        stores beside its weights, in a dtype of their own, and does not
+        read.
+
+    Raises:
+      errors.DataError: a floating tensor stored in another dtype (the
+        first, and how many), so that the header or config.json misnames
+        the bytes.
+    """
+    expected = CONFIG_DTYPES.get(self.config_dtype)
+    if expected is None:
+      return
+    floats = {name: entry for name, entry in self._entries.items()
+              if entry.dtype in CONFIG_DTYPES.values()
+              and not name.endswith(buffers)}
+    other = [name for name, entry in floats.items()
+             if entry.dtype != expected]
+    if other:
+      entry = floats[other[0]]
+      raise errors.DataError(
+          f'{entry.path}: tensor {other[0]!r} is stored as {entry.dtype} '
+          f'(its header), but {self.folder}/{CONFIG_FILE} has dtype '
+          f'{self.config_dtype!r} ({len(other)} of {len(floats)} floating '
+          f'tensors differ): the header or config.json misnames the '
+          f'bytes\' dtype.')
+
   def file_of(self, name: str) -> str:
     """The path of the safetensors file that holds the tensor."""
     return self._entry(name).path
@@ -160,6 +220,49 @@ class Checkpoint:
     if value.dtype != dtype:  # The header said otherwise: a changed file.
       raise errors.DataError(f'{path}: tensor {name!r} was read as '
                              f'{value.dtype}, its header says {dtype}.')
+    return value
+
+  def weight(self, name: str, param_dtype=None) -> np.ndarray:
+    """The tensor (`tensor`), checked as a weight a model takes.
+
+    Args:
+      name: the tensor's name.
+      param_dtype: the dtype of the parameter it goes into, which must hold
+        every value (float16 ends at 65504); None: not checked.
+
+    Returns:
+      The tensor in its stored dtype and shape.
+
+    Raises:
+      errors.DataError: a NaN or infinite value, a value the parameter's
+        dtype turns infinite, or a matrix whose median magnitude no model
+        has (bytes of another dtype than the header says), naming the
+        tensor and its file.
+    """
+    value = self.tensor(name)
+    stored = self._entry(name).dtype
+    # Floats by the header's name (numpy's issubdtype misses bfloat16).
+    if stored not in CONFIG_DTYPES.values():
+      return value
+    where = f'{self._entry(name).path}: tensor {name!r}'
+    finite = np.isfinite(value)
+    if not finite.all():
+      nans = int(np.isnan(value).sum())
+      raise errors.DataError(
+          f'{where} has {nans} NaN and {value.size - int(finite.sum()) - nans}'
+          f' infinite values (of {value.size}): a damaged or diverged '
+          f'checkpoint; every imported weight must be finite.')
+    del finite
+    _check_magnitudes(value, where, stored)
+    if param_dtype is not None and np.dtype(param_dtype) != value.dtype:
+      with np.errstate(over='ignore'):  # The overflow is the finding.
+        cast = value.astype(param_dtype)
+      if not np.isfinite(cast).all():
+        largest = float(np.abs(value.astype(np.float64)).max())
+        raise errors.DataError(
+            f'{where} holds values up to {largest:.6g}, beyond '
+            f'{np.dtype(param_dtype).name}\'s range (param_dtype): import it '
+            f'in a wider dtype.')
     return value
 
   def _entry(self, name: str) -> _Entry:
@@ -214,6 +317,38 @@ def _read_shards(index: str) -> dict[str, _Entry]:
                              f'{name!r}, which {index} places there.')
     entries[name] = headers[shard][name]
   return entries
+
+
+def _check_magnitudes(value: np.ndarray, where: str, stored: str):
+  """Raises errors.DataError if `value`, a matrix of at least 2 dims,
+  has a median magnitude outside PLAUSIBLE_MEDIAN (vectors are not
+  checked: norm scales near 1 and biases near 0 are both plausible).
+
+  Args:
+    value: [...] the tensor as read.
+    where: the file and tensor, for the message.
+    stored: the header's dtype name ('F16').
+  """
+  if value.ndim < 2:
+    return
+  sample = value.reshape(-1)[::max(1, value.size // MEDIAN_SAMPLE)]
+  sample = np.abs(sample.astype(np.float32))
+  sample = sample[sample > 0]
+  if not sample.size:
+    return  # All zeros: a plausible (if useless) matrix.
+  median = float(np.median(sample))
+  low, high = PLAUSIBLE_MEDIAN
+  if low <= median < high:
+    return
+  hint = ''
+  if stored == 'F16' and median >= high:
+    hint = ' (bfloat16 weights read as float16 give 0.5 to 2)'
+  elif stored == 'BF16' and median < low:
+    hint = ' (float16 weights read as bfloat16 give below 1e-7)'
+  raise errors.DataError(
+      f'{where} ({stored} in its header) has median magnitude {median:.3g}, '
+      f'outside the {low:g} to {high:g} of weight matrices: its bytes are '
+      f'not the dtype the header says{hint}.')
 
 
 def _one_line(error: Exception) -> str:
