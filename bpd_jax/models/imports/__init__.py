@@ -20,7 +20,10 @@ tokenizer (tasks/text/hf_vocab.py): eos_id is its end token (stop_ids the
 other end tokens generation_config.json lists), bos_id its start token,
 pad_id its pad token where that is no other special token, else -1 (no id
 pads). Parameters and computation take the stored dtype unless asked
-otherwise. The proposal heads are new, seeded layers: train them on the
+otherwise. Every weight is checked (reader.py): stored in config.json's
+dtype (headers, at config time), finite and with a weight's magnitudes
+(as it is read), so that a header that misnames its bytes' dtype stops
+the import. The proposal heads are new, seeded layers: train them on the
 frozen base with configs/hf_heads.py.
 """
 
