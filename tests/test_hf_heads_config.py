@@ -23,6 +23,7 @@ from bpd_jax import distillation
 from bpd_jax import evaluation
 from bpd_jax import jobs
 from bpd_jax.infra import errors
+from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import imports
 from bpd_jax.training import runs
 from bpd_jax.training import train
@@ -135,10 +136,16 @@ def one_file_config(tmp_path):
 @pytest.mark.parametrize('job,init', [('bpd_jax.main', None),
                                       ('bpd_jax.distill', 'checkpoint')])
 def test_one_file_is_data(tmp_path, job, init):
-  """data=FILE, as the docs offer it: the task both jobs open reads it."""
+  """data=FILE, as the docs offer it: the task both jobs open reads it;
+  on a new workdir neither has a word to say about records it lacks."""
   config = one_file_config(tmp_path)
-  task, _ = runs.open_run(config, str(tmp_path / 'run'), job, init)
+  workdir, said = str(tmp_path / 'run'), []
+  # As jobs.setup opens it: the config's record, then the task's.
+  workdir_lib.check_config(config, workdir, job, training=init is None,
+                           log=said.append, write=False)
+  task, _ = runs.open_run(config, workdir, job, init, log=said.append)
   assert len(task.encoded('train')) and len(task.encoded('validation'))
+  assert said == []
 
 
 @pytest.mark.slow  # Two compilations; test_one_file_is_data is the fast one.
