@@ -64,10 +64,14 @@ def test_perplexity_without_a_pad_token_is_that_of_padding_with_0():
 def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
   model, task, _ = setup()
   decoders = [DecoderSpec.of(8), DecoderSpec.of(8, 2), DecoderSpec.of(8, 3)]
+  said = []
   report = lm.evaluate(model, task, 'validation', decoders, batch_size=2,
-                       log=lambda _: None)
+                       num_examples=9, log=said.append)
   # Prompt-less examples longer than 4 tokens, and the prompted one.
   assert report['examples'] == 5 and report['truncated_prompts'] == 0
+  # The prompts decoded, not the 9 asked for.
+  assert said[0] == ('Perplexity of validation, then its prompts (5) '
+                     'decoded with 3 decoders:')
   assert report['perplexity'] > 1
   rows = report['rows']
   assert [r['decoder'] for r in rows] == ['greedy', 'blockwise k=2',

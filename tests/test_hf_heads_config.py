@@ -23,7 +23,9 @@ from bpd_jax import distillation
 from bpd_jax import evaluation
 from bpd_jax import jobs
 from bpd_jax.infra import errors
+from bpd_jax.infra import workdir as workdir_lib
 from bpd_jax.models import imports
+from bpd_jax.training import runs
 from bpd_jax.training import train
 
 from train_configs import load_config
@@ -121,6 +123,44 @@ def test_prompts_continued_by_the_imported_base_then_heads_on_them(tmp_path):
   report = evaluation.report(config, workdir, model, task,
                              log=lambda _: None)
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0, 1.0]
+
+
+def one_file_config(tmp_path):
+  data = tmp_path / 'one.txt'  # No extension of code: read as it is named.
+  data.write_text(CODE * 8)
+  config = hf_config(f'model={TINY_LLAMA3},data={data},k=2,steps=1')
+  assert (config.task.name, config.task.root) == ('text_files', str(data))
+  return config
+
+
+@pytest.mark.parametrize('job,init', [('bpd_jax.main', None),
+                                      ('bpd_jax.distill', 'checkpoint')])
+def test_one_file_is_data(tmp_path, job, init):
+  """data=FILE, as the docs offer it: the task both jobs open reads it;
+  on a new workdir neither has a word to say about records it lacks."""
+  config = one_file_config(tmp_path)
+  workdir, said = str(tmp_path / 'run'), []
+  # As jobs.setup opens it: the config's record, then the task's.
+  workdir_lib.check_config(config, workdir, job, training=init is None,
+                           log=said.append, write=False)
+  task, _ = runs.open_run(config, workdir, job, init, log=said.append)
+  assert len(task.encoded('train')) and len(task.encoded('validation'))
+  assert said == []
+
+
+@pytest.mark.slow  # Two compilations; test_one_file_is_data is the fast one.
+def test_one_file_is_data_for_distill_and_training(tmp_path):
+  """data=FILE end to end: the distill job continues its prompts with the
+  imported base, and the heads train on it."""
+  config = one_file_config(tmp_path)
+  workdir = str(tmp_path / 'run')
+  model, task = jobs.load(config, workdir)  # The distill job's.
+  counts = distillation.distill(config, model, task,
+                                str(tmp_path / 'continued'),
+                                log=lambda _: None, batch_size=8)
+  assert counts['train'] == len(task.encoded('train')) > 0
+  model, _ = train.train(config, workdir, log=lambda _: None)
+  assert_base_is_the_checkpoints(model, TINY_LLAMA3)
 
 
 def test_the_model_section_is_the_checkpoints(code_folder, tmp_path):

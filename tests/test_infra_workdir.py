@@ -296,10 +296,22 @@ def test_reader_takes_other_training_eval_and_dropout(tmp_path):
 
 
 def test_no_record(tmp_path):
+  from bpd_jax.tasks.text import vocab as vocab_lib
+  # No checkpoints either: no run to compare with (the distill job reading
+  # an imported base), so no line about a record there is no call for.
+  log, note = lines()
+  assert read(train_configs.demo_config(), tmp_path) == []
+  workdir.check_vocabulary(vocab_lib.WordVocabulary(['a']), str(tmp_path),
+                           'bpd_jax.distill', training=False, log=note)
+  assert log == []
+  (tmp_path / 'checkpoints').mkdir()
   assert read(train_configs.demo_config(), tmp_path) == [
       f'{tmp_path} has no saved config (config.json), so bpd_jax.evaluate '
       'does not check its config against the run.']
-  (tmp_path / 'checkpoints').mkdir()
+  # That line says it all: none naming a config.json that is not there.
+  workdir.check_vocabulary(vocab_lib.WordVocabulary(['a']), str(tmp_path),
+                           'bpd_jax.evaluate', training=False, log=note)
+  assert log == []
   assert train(train_configs.demo_config(), tmp_path, write=False) == [
       f'{tmp_path} holds checkpoints from before configs were saved: '
       'bpd_jax.main could not check its config against that run, and saves '
@@ -394,11 +406,25 @@ def test_a_warm_start_from_a_run_of_another_vocabulary_is_refused(tmp_path):
   workdir.check_warm_start_vocabulary(trained, str(run))
   with pytest.raises(errors.ConfigError) as error:
     workdir.check_warm_start_vocabulary(other, str(run))
+  # A word vocabulary has no file: the advice is the run's task section.
   assert one_line(error) == (
       f'train.init_from={run} was trained with another vocabulary: '
       f'fingerprint {trained.fingerprint} (6 ids, WordVocabulary) vs '
       f'{other.fingerprint} (6 ids) of this task: give the task that run\'s '
-      f'vocabulary (task.vocab_path={run}/vocab.model).')
+      f'vocabulary (its WordVocabulary follows from the task section, task.* '
+      f'in {run}/config.json).')
+  (run / 'vocab.model').write_bytes(b'pieces')  # A SentencePiece run's.
+  with pytest.raises(errors.ConfigError, match=r'that run\'s vocabulary '
+                     rf'\(task.vocab_path={run}/vocab.model\)\.$'):
+    workdir.check_warm_start_vocabulary(other, str(run))
+  # A run of a model folder's tokenizer: the folder its task named.
+  (tmp_path / 'heads').mkdir()
+  (tmp_path / 'heads' / 'config.json').write_text(json.dumps({
+      'vocabulary.fingerprint': trained.fingerprint, 'vocabulary.size': 6,
+      'vocabulary.source': 'HFVocabulary', 'task.vocab_path': '/llama'}))
+  with pytest.raises(errors.ConfigError, match=r'that run\'s vocabulary '
+                     r'\(task.vocab_path=/llama\)\.$'):
+    workdir.check_warm_start_vocabulary(other, str(tmp_path / 'heads'))
   # Folders without this project's record: a GPT-2 checkpoint's own
   # config.json, or none; their importers check the sizes.
   (tmp_path / 'gpt2').mkdir()

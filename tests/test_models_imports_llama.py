@@ -224,6 +224,8 @@ def test_blockwise_sampling_keeps_an_imported_models_distribution():
      r"model_type 'gemma' is not imported; known: \['gpt2', 'llama'"),
     (dict(config={'hidden_act': 'gelu'}),
      r"has hidden_act='gelu'; the importer models only 'silu'"),
+    (dict(config={'final_logit_softcapping': 30.0}),
+     r'has final_logit_softcapping=30.0; the importer models only null\.$'),
     (dict(config={'rope_parameters': {'rope_type': 'yarn', 'factor': 4.0,
                                       'rope_theta': 1e4}}),
      r"has rope type 'yarn'; the importer models default, linear and "

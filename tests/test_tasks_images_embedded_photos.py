@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bpd_jax import tasks
+from bpd_jax.infra import errors
 from bpd_jax.tasks import batching
 from bpd_jax.tasks.images import embedded_photos
 from bpd_jax.tasks.images import fitted_filter
@@ -146,6 +147,22 @@ def test_a_fitted_reference_is_fitted_on_training_crops_once(tmp_path):
   np.testing.assert_array_equal(
       target, image_tokens.to_tokens(high[0]) - image_tokens.to_tokens(
           fitted(low[0])) + image_tokens.RESIDUAL_ZERO_ID)
+
+
+def test_a_workdirs_filter_for_another_task_stops_the_load(tmp_path):
+  """The task's channels and scale reach the filter's check: a filter of
+  2x upsampling found where the task upsamples 4x is one line, before any
+  training (a DataError: exit 2)."""
+  weights = np.zeros((3, 2, 2, 3 * 3 * 3 + 2))
+  np.savez(tmp_path / fitted_filter.FILE_NAME, window=3, weights=weights)
+  config = image_config(targets='residuals', reference='linear',
+                        reference_window=3)
+  with pytest.raises(errors.DataError) as raised:
+    tasks.load_task(config, str(tmp_path))
+  assert str(raised.value) == (
+      f'{tmp_path / fitted_filter.FILE_NAME} was fitted on 3-channel images '
+      f'upsampled 2x; the task\'s are 3-channel, upsampled 4x (task.high_res '
+      f'/ task.low_res). Delete it and the training job fits it again.')
 
 
 @pytest.mark.parametrize('overrides,message', [

@@ -62,6 +62,34 @@ def test_a_file_that_is_not_text_is_skipped_unless_its_extension_is_asked(
     text_files.read_text(str(tmp_path / 'b.png'), True)
 
 
+def test_a_folder_logs_the_files_it_skips(tmp_path, caplog):
+  write(tmp_path, 'a.md', TEXT)
+  write(tmp_path, 'b.png', b'\x89PNG\r\n\x1a\n\x00')
+  write(tmp_path, 'c/d.bin', b'\xff\xfe')
+  with caplog.at_level('INFO'):
+    tasks.load_task(task_config(tmp_path), str(tmp_path / 'run'))
+  assert [r.getMessage() for r in caplog.records if 'Skipped' in
+          r.getMessage()] == [
+              f"Skipped 2 file(s) under task.root='{tmp_path}' that are not "
+              f'UTF-8 text (the first: b.png); task.extensions names the '
+              f'endings to read.']
+
+
+def test_one_file_as_task_root_is_read(tmp_path):
+  """task.root may name one file (configs/hf_heads.py:data=FILE): read
+  whole, of any name, and it must be text."""
+  write(tmp_path, 'one.txt', TEXT)
+  folder = tasks.load_task(task_config(tmp_path), str(tmp_path / 'run'))
+  one = tasks.load_task(task_config(tmp_path / 'one.txt', extensions=('.md',)),
+                        str(tmp_path / 'run'))
+  assert ([list(c) for _, c in one.encoded('train')]
+          == [list(c) for _, c in folder.encoded('train')])
+  write(tmp_path, 'b.png', b'\x89PNG\r\n\x1a\n\x00')
+  with pytest.raises(errors.DataError, match=r'b.png is not UTF-8 text: it '
+                     r'holds a NUL byte\.$'):
+    tasks.load_task(task_config(tmp_path / 'b.png'), str(tmp_path / 'run'))
+
+
 def test_examples_are_eos_ended_chunks_one_in_20_held_out(tmp_path):
   write(tmp_path, 'a.md', TEXT)
   write(tmp_path, 'b.png', b'\x00\x01')  # Not text: skipped.

@@ -102,12 +102,13 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     teacher-forced accuracy on the greedy continuations, what acceptance
     depends on; `predictions.head_accuracy`)).
   """
-  log(f'Perplexity of {split}, then its prompts ({num_examples or "all"}) '
+  sources, truncated = task.sources(split, model.config.max_source_len,
+                                    num_examples)
+  # The prompts there are: a split may hold fewer than num_examples.
+  log(f'Perplexity of {split}, then its prompts ({len(sources)}) '
       f'decoded with {len(decoders)} decoders:')
   ppl, scored = perplexity(model, task.encoded(split))
   log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens)')
-  sources, truncated = task.sources(split, model.config.max_source_len,
-                                    num_examples)
   if truncated:
     log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
         f'max_source_len={model.config.max_source_len} and kept their end.')

@@ -413,10 +413,12 @@ def check_vocabulary(vocab, workdir: str, job: str, training: bool,
       read or written.
   """
   path = os.path.join(workdir, CONFIG_FILE)
-  saved = _read_record(path) or {}
+  saved = _read_record(path)
   source = getattr(vocab, 'model_path', None) or type(vocab).__name__
   now = {'vocabulary.fingerprint': vocab.fingerprint,
          'vocabulary.size': vocab.vocab_size, 'vocabulary.source': source}
+  if saved is None:  # No record: `check_config` said what that means.
+    return
   recorded = saved.get('vocabulary.fingerprint')
   if recorded is None:
     if training:
@@ -477,17 +479,34 @@ def check_warm_start_vocabulary(vocab, init_from: str) -> None:
         f'fingerprint {recorded} ({saved.get("vocabulary.size")} ids, '
         f'{saved.get("vocabulary.source")}) vs {vocab.fingerprint} '
         f'({vocab.vocab_size} ids) of this task: give the task that run\'s '
-        f'vocabulary (task.vocab_path={run_vocabulary(init_from)}).')
+        f'vocabulary ({_vocabulary_source(init_from, saved)}).')
+
+
+def _vocabulary_source(run: str, saved: dict) -> str:
+  """How a config gives the task `run`'s vocabulary: its file (or model
+  folder) as task.vocab_path, or, for one made from the task's data (a
+  word list) or fixed by it, the run's task section."""
+  own = run_vocabulary(run)
+  if os.path.isfile(own):
+    return f'task.vocab_path={own}'
+  if saved.get('task.vocab_path'):  # E.g. a Hugging Face model folder.
+    return f'task.vocab_path={saved["task.vocab_path"]}'
+  return (f'its {saved.get("vocabulary.source")} follows from the task '
+          f'section, task.* in {os.path.join(run, CONFIG_FILE)}')
 
 
 def _no_record(now: dict, workdir: str, job: str, training: bool, log,
                write: bool):
-  """A workdir without config.json: a first start records its config."""
+  """A workdir without config.json: a first start records its config; a
+  reader of checkpoints saved without one says it cannot compare (one
+  without checkpoints reads no run: an imported base, `jobs.load`)."""
+  checkpoints = os.path.isdir(os.path.join(workdir, 'checkpoints'))
   if not training:
-    log(f'{workdir} has no saved config ({CONFIG_FILE}), so {job} does not '
-        'check its config against the run.')
+    if checkpoints:
+      log(f'{workdir} has no saved config ({CONFIG_FILE}), so {job} does '
+          'not check its config against the run.')
     return
-  if os.path.isdir(os.path.join(workdir, 'checkpoints')):
+  if checkpoints:
     log(f'{workdir} holds checkpoints from before configs were saved: '
         f'{job} could not check its config against that run, and saves it '
         f'now as the run\'s {CONFIG_FILE}.')

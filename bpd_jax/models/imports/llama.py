@@ -100,7 +100,8 @@ def config_from(checkpoint: reader.Checkpoint, *, dtype: str | None = None,
     if field in hf and hf[field] not in supported:
       raise errors.ConfigError(
           f'{origin} has {field}={hf[field]!r}; the importer models only '
-          f'{" or ".join(repr(s) for s in supported if s is not None)}.')
+          + ' or '.join('null' if s is None else repr(s) for s in supported)
+          + '.')
   layer_types = set(hf.get('layer_types') or ())
   other = sorted(layer_types - {'full_attention', 'sliding_attention'})
   if other:

@@ -28,6 +28,8 @@ import dataclasses
 import hashlib
 import logging
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -133,15 +135,44 @@ class FittedFilter:
 
   @classmethod
   def load(cls, path: str) -> 'FittedFilter':
-    with np.load(path) as saved:
-      return cls(int(saved['window']), saved['weights'])
+    """The filter `save` wrote to `path`, checked whole: nothing pickled
+    is ever loaded, and weights that are not finite are refused here, not
+    met as NaN residuals in training.
+
+    Raises:
+      ValueError: one line naming `path`: it is not an .npz archive of
+        `window` and `weights`, the window is not a positive odd integer,
+        or the weights are not a finite float [C, f, f, window^2 C + 2]
+        array.
+    """
+    window, weights = _read(path)
+    if not (window.shape == () and window.dtype.kind in 'iu'
+            and window >= 1 and window % 2):
+      raise ValueError(f'{path} holds window={window!r}: not a positive odd '
+                       f'integer.')
+    window = int(window)
+    if (weights.dtype.kind != 'f' or weights.ndim != 4
+        or weights.shape[1] != weights.shape[2] or not all(weights.shape)
+        or weights.shape[3] != window * window * weights.shape[0] + 2):
+      raise ValueError(
+          f'{path} holds {weights.dtype} weights of shape {weights.shape}: '
+          f'a {window}x{window} filter\'s are float [C, f, f, '
+          f'{window * window}C + 2].')
+    bad = weights.size - np.count_nonzero(np.isfinite(weights))
+    if bad:
+      raise ValueError(f'{path} holds {bad} NaN or infinite weights of '
+                       f'{weights.size}.')
+    return cls(window, weights)
 
 
 def reference_filter(workdir: str, window: int, fit_on, train: bool,
-                     path: str = '') -> FittedFilter:
+                     path: str = '', *, channels: int,
+                     scale: int) -> FittedFilter:
   """A run's filter: WORKDIR/reference_filter.npz, or fitted and saved
   there when missing and `train`; or the file `path` names (another run's,
-  e.g. the base a heads run starts from), never fitted.
+  e.g. the base a heads run starts from), never fitted. The file read is
+  checked before any training (`FittedFilter.load`; its window, channels
+  and scale the task's), so a damaged one stops the job in one line.
 
   With several processes, process 0 fits it and the others wait for it
   (the workdir must be shared, as it is for checkpoints).
@@ -154,6 +185,13 @@ def reference_filter(workdir: str, window: int, fit_on, train: bool,
     train: fit a missing filter (the training job); False: a missing one is
       an error (evaluation, the other jobs).
     path: task.reference_path, '' for the workdir's.
+    channels: the task's image channels, C.
+    scale: the task's upsampling factor, high_res / low_res.
+
+  Raises:
+    FileNotFoundError: the filter is missing and not to be fitted.
+    ValueError: one line naming the file: it is damaged (`load`), or
+      fitted for another window, channel count or scale; and the fix.
   """
   own = os.path.join(workdir, FILE_NAME)
   if path and not os.path.exists(path):
@@ -165,6 +203,9 @@ def reference_filter(workdir: str, window: int, fit_on, train: bool,
         f'reference filter {own} not found: the training job fits and '
         f'writes it (python -m bpd_jax.main --workdir=...); a run trained '
         f'with residuals from bicubic reads task.reference=\'bicubic\'.')
+  fix = (f'task.reference_path names the {FILE_NAME} of a run trained with '
+         f'task.reference=\'linear\' on images like these.' if path else
+         'Delete it and the training job fits it again.')
   path = path or own
   # Only here: the data modules need no devices otherwise.
   from bpd_jax.infra import distributed
@@ -176,12 +217,58 @@ def reference_filter(workdir: str, window: int, fit_on, train: bool,
     FittedFilter.fit(low, high, window).save(path)
 
   distributed.made_once(path, fit, train, 'reference filter')
-  found = FittedFilter.load(path)
+  try:
+    found = FittedFilter.load(path)
+  except ValueError as error:
+    raise ValueError(f'{error} {fix}') from None
   if found.window != window:
     raise ValueError(f'{path} is a {found.window}x{found.window} filter; the '
                      f'config asks for task.reference_window={window}. Use '
                      f'the config the run was started with, or a new workdir.')
+  fitted_for = (found.weights.shape[0], found.scale)
+  if fitted_for != (channels, scale):
+    raise ValueError(
+        f'{path} was fitted on {fitted_for[0]}-channel images upsampled '
+        f'{fitted_for[1]}x; the task\'s are {channels}-channel, upsampled '
+        f'{scale}x (task.high_res / task.low_res). {fix}')
   return found
+
+
+def _read(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """(window, weights) of an .npz file `save` wrote, read without
+  unpickling anything.
+
+  Raises:
+    ValueError: one line naming `path`: it cannot be read, is not an .npz
+      archive, or lacks either array.
+  """
+  where = f'{path} is not a saved reference filter'
+  try:
+    saved = np.load(path, allow_pickle=False)
+  except ValueError:  # numpy's guess: bytes that are neither .npz nor .npy.
+    raise ValueError(f'{where}: it is no .npz archive (its bytes are not a '
+                     f'zip file; pickled data is never loaded).') from None
+  except (OSError, EOFError, zipfile.BadZipFile) as error:
+    raise ValueError(f'{where}: {_first_line(error)}.') from None
+  if not isinstance(saved, np.lib.npyio.NpzFile):  # One .npy array.
+    raise ValueError(f'{where}: it is one .npy array, not an .npz archive '
+                     f'of window and weights.')
+  with saved:
+    missing = [name for name in ('window', 'weights') if name not in saved]
+    if missing:
+      raise ValueError(f'{where}: it has no {" or ".join(missing)} array '
+                       f'(it holds {", ".join(saved.files) or "none"}).')
+    try:
+      return saved['window'], saved['weights']
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile,
+            zlib.error) as error:  # Object arrays, a damaged member.
+      raise ValueError(f'{where}: {_first_line(error)}.') from None
+
+
+def _first_line(error: Exception) -> str:
+  """An exception's message in one line, without its full stop."""
+  lines = str(error).strip().splitlines()
+  return lines[0].rstrip('.') if lines else type(error).__name__
 
 
 def _scale(low: np.ndarray, high: np.ndarray) -> int:

@@ -197,13 +197,15 @@ def run_vocabulary(task, workdir: str, train: bool,
   """A run's vocabulary: `vocabulary`, with the run's fitted filter when
   task.reference is 'linear' (found in the workdir, or fitted on
   `training_images()` and saved there when `train`:
-  fitted_filter.reference_filter)."""
+  fitted_filter.reference_filter, which checks the file it reads against
+  the task's window, channels and scale)."""
   checked = vocabulary(task)  # Its fields, before any fitting.
   if task.reference == 'bicubic':
     return checked
+  (high_res, _, channels), (low_res, _, _) = shapes(task)
   fitted = fitted_filter.reference_filter(
       workdir, task.reference_window, training_images, train,
-      task.reference_path)
+      task.reference_path, channels=channels, scale=high_res // low_res)
   return images_lib.ImageVocabulary(checked.targets, fitted)
 
 

@@ -9,8 +9,9 @@ examples of max_target_len tokens, files in path order. One example in
 for evaluation ('validation'), so that a folder of a single file has both
 splits. Hidden files and folders ('.git') and Python's caches and
 installed packages are left out; without extensions, a file that is not
-UTF-8 text (a NUL byte, or bytes UTF-8 does not decode) is skipped, while
-a file of a named extension must be text.
+UTF-8 text (a NUL byte, or bytes UTF-8 does not decode) is skipped (one
+log line counts them and names the first), while a file of a named
+extension, or the one file task.root names, must be text.
 
 Training examples have no prompt (plain language modelling); evaluation
 gives the first max_source_len tokens of each held-out example as the
@@ -36,6 +37,8 @@ import functools
 import os
 import pathlib
 import random
+
+from absl import logging
 
 from bpd_jax.tasks import spec
 from bpd_jax.tasks.checks import at_least
@@ -121,12 +124,19 @@ def _check(config) -> None:
 def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.LMTask:
   extensions = tuple(config.extensions)
   files = text_files(config.root, extensions)
-  texts = {}
+  texts, skipped = {}, []
   for relative in files:  # Every file read now: a bad one stops the job.
-    text = read_text(os.path.join(config.root, relative),
-                     required=bool(extensions))
-    if text is not None:
+    # '' is root itself, a file: joined with '', it would read as a folder.
+    path = os.path.join(config.root, relative) if relative else config.root
+    text = read_text(path, required=bool(extensions) or not relative)
+    if text is None:
+      skipped.append(relative)
+    else:
       texts[relative] = text
+  if skipped:
+    logging.info('Skipped %d file(s) under task.root=%r that are not UTF-8 '
+                 'text (the first: %s); task.extensions names the endings '
+                 'to read.', len(skipped), config.root, skipped[0])
   if not any(text.strip() for text in texts.values()):
     raise ValueError(f'task.root={config.root!r} has no text to learn: its '
                      f'{len(files)} file(s) are empty or not text.')
