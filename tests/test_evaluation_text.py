@@ -122,3 +122,12 @@ def test_a_full_disk_keeps_the_previous_report(tmp_path):
     evaluation.report(config, str(tmp_path), model, task, log=lambda _: None)
   assert path.read_bytes() == previous
   assert [p.name for p in tmp_path.iterdir()] == ['eval_validation.json']
+
+
+def test_the_header_counts_the_sentences_decoded():
+  _, model, task = setup()
+  lines = []
+  report = text.evaluate(model, task, 'validation', [DecoderSpec.of(4)],
+                         batch_size=4, num_examples=100, log=lines.append)
+  assert report['examples'] == 8  # The split has 8, not the 100 asked.
+  assert lines[0] == 'Decoding validation (8 sentences) with 1 decoders:'

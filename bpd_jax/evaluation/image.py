@@ -103,11 +103,12 @@ def evaluate(model, task: image_task.ImageTask, split: str,
     outputs and baselines {name: uint8 [N, H, W, C]}.
   """
   shape = tuple(task.image_shape)
-  log(f'Decoding {split} ({num_examples or "all"} images, '
-      f'{"x".join(map(str, shape))}) with {len(decoders)} decoders:')
   low, high = task.images(split, num_examples)
   if not len(low):
     raise ValueError(f'split {split!r} has no images to decode.')
+  # The images there are: num_examples may ask for more.
+  log(f'Decoding {split} ({len(low)} images, '
+      f'{"x".join(map(str, shape))}) with {len(decoders)} decoders:')
   sources, _ = task.sources(split, model.config.max_source_len, num_examples)
   measured = runner.decode_sources(
       model, sources, decoders, batch_size=batch_size,

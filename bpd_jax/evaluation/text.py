@@ -78,9 +78,10 @@ def evaluate(model, task: tasks.TextualTask, split: str,
     head's teacher-forced accuracy on the greedy outputs (what acceptance
     depends on) and on the references, `predictions.head_accuracy`).
   """
-  log(f'Decoding {split} ({num_examples or "all"} sentences) with '
-      f'{len(decoders)} decoders:')
   pairs = task.pairs(split)[:num_examples or None]
+  # The sentences there are: num_examples may ask for more.
+  log(f'Decoding {split} ({len(pairs)} sentences) with {len(decoders)} '
+      f'decoders:')
   sources, truncated = task.sources(split, model.config.max_source_len,
                                     num_examples)
   if truncated:
