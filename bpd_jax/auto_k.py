@@ -53,11 +53,15 @@ import numpy as np
 from bpd_jax import decoding
 from bpd_jax import predictions
 from bpd_jax import timing
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import atomic_files
 from bpd_jax.infra import sharding
 
 # Random batches the expected slowest example is averaged over.
 _DRAWS = 512
+# Candidates per head `tune_k`'s trees may take unless told (the bench
+# checks its --tree_sizes against it).
+TREE_TOP_T = 4
 
 
 def candidate_name(candidate) -> str:
@@ -349,7 +353,7 @@ def _shape(inputs) -> tuple[int, int]:
 def tune_k(decoder, inputs, *, max_len: int,
            criterion: decoding.Criterion = decoding.Exact(),
            batch_size: int = 8, margin: float = 0.05,
-           candidates=None, tree_sizes=(), top_t: int = 4,
+           candidates=None, tree_sizes=(), top_t: int = TREE_TOP_T,
            every_k: bool = True) -> AutoK:
   """Acceptance statistics for k='auto', from decodes at the candidate k's.
 
@@ -384,13 +388,7 @@ def tune_k(decoder, inputs, *, max_len: int,
   if tree_sizes and not isinstance(criterion, decoding.Exact):
     raise ValueError(f'tree tuning measures exact acceptance, not '
                      f'{criterion.spec!r}.')
-  bad = [size for size in tree_sizes if not 2 <= size <= 1 + sum(
-      top_t ** d for d in range(1, heads))]
-  if bad:
-    raise ValueError(f'tree sizes {bad}: a tree of the top {top_t} of '
-                     f'{heads - 1} heads has 2 to '
-                     f'{1 + sum(top_t ** d for d in range(1, heads))} '
-                     f'nodes.')
+  tree_lib.check_sizes(tree_sizes, top_t, heads - 1)
 
   # A Decoder on a mesh splits each batch over its data axis: a batch's
   # rows are repeated up to a multiple of its devices, and the repeats

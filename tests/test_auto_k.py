@@ -1,5 +1,7 @@
 """k='auto': statistics, the expected-time model, the choice, generate."""
 
+import types
+
 import numpy as np
 import pytest
 from flax import nnx
@@ -267,3 +269,15 @@ def test_tune_k_with_trees_and_auto_decoding_with_the_chosen_tree():
                   criterion=decoding.TopK(2))
   with pytest.raises(ValueError, match='tree sizes \\[1\\]'):
     auto_k.tune_k(decoder, inputs, max_len=12, tree_sizes=(1,))
+
+
+def test_tune_k_refuses_tree_sizes_beyond_the_node_budget_before_decoding():
+  # The top 4 of 5 heads make trees of up to 1,365 nodes; the budget is
+  # the limit. A stand-in decoder: the check comes before any decode.
+  decoder = types.SimpleNamespace(
+      config=types.SimpleNamespace(num_proposal_heads=6), mesh=None)
+  size = decoding.tree.MAX_NODES + 1
+  with pytest.raises(ValueError, match=rf'tree sizes \[{size}\] must be 2 '
+                     rf'to {size - 1}: a larger tree exceeds the budget'):
+    auto_k.tune_k(decoder, np.zeros((2, 4), np.int32), max_len=8,
+                  tree_sizes=(16, size))

@@ -73,6 +73,16 @@ def test_bad_flags_stop_before_work(tmp_path):
   assert "criterion 'top3'" in result.stderr
 
 
+def test_tree_sizes_are_checked_with_the_flags_before_tuning(tmp_path):
+  result = run('bench', *TINY, f'--workdir={tmp_path}', '--init=random',
+               '--tree_sizes=16,100000000')
+  assert result.returncode == 2
+  assert 'Tuning' not in result.stdout
+  assert ('--tree_sizes: tree sizes [100000000]: a tree of the top 4 of 2 '
+          'heads has 2 to 21 nodes.') in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
 def test_image_tasks_are_refused_with_a_pointer(tmp_path):
   result = run('bench', '--config=configs/sr_demo.py:quick',
                f'--workdir={tmp_path}', '--init=random')

@@ -58,6 +58,43 @@ def test_tree_widths_are_integers_not_bools():
   assert Tree(((np.int64(0),),)).paths == ((0,),)
 
 
+def test_trees_beyond_the_node_budget_are_refused_when_made():
+  budget = tree_lib.MAX_NODES
+  # 30 + 900 + 27,000 nodes below the root, counted from the widths.
+  with pytest.raises(ValueError, match=f'a tree of 27,931 nodes \\(root '
+                     f'included\\) exceeds the budget of {budget} nodes'):
+    Tree.from_widths((30, 30, 30), 3)
+  with pytest.raises(ValueError, match='27,931 nodes'):
+    Tree.from_spec('30,30,30', 3)
+  # The argmax below the widths counts too: 2 + 254 x 2 nodes.
+  with pytest.raises(ValueError, match='a tree of 511 nodes'):
+    Tree.from_widths((2,), 255)
+  assert Tree.chain(budget - 1).size == budget
+  with pytest.raises(ValueError, match=f'a tree of {budget + 1} nodes'):
+    Tree.chain(budget)
+  paths = tuple((r,) for r in range(budget))
+  assert Tree(paths[:-1]).size == budget
+  with pytest.raises(ValueError, match=f'a tree of {budget + 1} nodes'):
+    Tree(paths)
+  probabilities = np.full((3, 10), 0.5)
+  assert Tree.best(probabilities, budget).size == budget
+  with pytest.raises(ValueError, match=f'a tree of {budget + 1} nodes'):
+    Tree.best(probabilities, budget + 1)
+
+
+def test_tree_sizes_are_checked_against_the_heads_and_the_budget():
+  tree_lib.check_sizes((2, 21), 4, 2)
+  tree_lib.check_sizes((tree_lib.MAX_NODES,), 4, 5)
+  with pytest.raises(ValueError, match=r'tree sizes \[1, 22\]: a tree of '
+                     r'the top 4 of 2 heads has 2 to 21 nodes\.'):
+    tree_lib.check_sizes((1, 5, 22), 4, 2)
+  # 1 + 4 + ... + 4^5 = 1,365 nodes: the budget is the limit.
+  with pytest.raises(ValueError, match=rf'tree sizes \[{tree_lib.MAX_NODES + 1}'
+                     rf'\] must be 2 to {tree_lib.MAX_NODES}: a larger tree '
+                     rf'exceeds the budget'):
+    tree_lib.check_sizes((tree_lib.MAX_NODES + 1,), 4, 5)
+
+
 def test_best_tree_takes_the_most_probable_paths():
   probabilities = np.array([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1]])
   tree = Tree.best(probabilities, 5)

@@ -17,6 +17,7 @@ from absl import flags
 from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import tasks
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
 from bpd_jax.infra import extras
 from bpd_jax.models import drafters
@@ -204,6 +205,10 @@ def parse(config) -> Plan:
     raise app.UsageError('--tree_sizes are measured on the calibration '
                          'sources: they need '
                          '--calibration_examples > 0.')
+  try:  # tune_k's rule, checked before it tunes.
+    tree_lib.check_sizes(plan.tree_sizes, auto_k.TREE_TOP_T, heads - 1)
+  except ValueError as error:
+    raise app.UsageError(f'--tree_sizes: {error}') from None
   for spec in plan.settings():  # Samplers and criteria checked together.
     spec.options.check(
         heads, 2**31, drafters.dependent(config.model.head_layer))

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from bpd_jax.decoding import lattice
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
 
 RESCORERS = ('none', 'ngram', 'neural')
@@ -53,7 +54,8 @@ class Refinement:
     nodes: p > 1 drafts are verified as one token tree (`tree.py`), merged
       on their shared prefixes: at most this many nodes (the best draft's
       whole chain, then the others' new nodes in order); 0: all of them,
-      at most 1 + p (k - 1).
+      at most 1 + p (k - 1). Either way within the trees' budget,
+      `tree.MAX_NODES`.
   """
   drafts: int = 1
   top_t: int = 1
@@ -78,6 +80,10 @@ class Refinement:
     if not numeric.is_integer(self.nodes) or self.nodes < 0:
       raise ValueError(f'refinement nodes={self.nodes!r} must be an '
                        f'integer >= 0.')
+    try:
+      tree_lib.check_size(self.nodes)
+    except ValueError as error:
+      raise ValueError(f'refinement nodes={self.nodes}: {error}') from None
     if not numeric.is_integer(self.context) or self.context < 0:
       raise ValueError(f'refinement context={self.context!r} must be an '
                        f'integer >= 0.')
@@ -130,6 +136,12 @@ class Refinement:
       raise ValueError(f'nodes={self.nodes} must hold the best draft (k={k}) '
                        f'and at most all {self.drafts} drafts (1 + '
                        f'{self.drafts} x {k - 1}).')
+    if self.drafts > 1:
+      try:
+        tree_lib.check_size(self.tree_size(k))
+      except ValueError as error:
+        raise ValueError(f'drafts={self.drafts} at k={k}: {error} Cap it '
+                         f'with nodes (n) <= {tree_lib.MAX_NODES}.') from None
 
   def tree_size(self, k: int) -> int:
     """Nodes of the drafts' tree at block size k."""

@@ -37,6 +37,48 @@ from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.infra import numeric
 from bpd_jax.infra import ops
 
+# The most nodes, root included, a tree may have (a static tree, a tuned
+# tree's size, a refinement's tree of drafts). Each call scores every node
+# against every other ([batch, N, N] ancestor masks, attention over N
+# positions, N cache entries more), and drafters whose heads read each
+# other's proposals compile one draft per leaf: without a bound a tree of
+# thousands of nodes compiles for many minutes and fills memory, while no
+# call accepts more than its depth + 1 tokens. 128 is where compiling a
+# decode with a draft layer (the dearest drafter to compile) grows from a
+# minute or two to many minutes; trees that pay (Medusa's, the tuned ones)
+# have tens of nodes.
+MAX_NODES = 128
+
+
+def check_size(nodes: int) -> None:
+  """Raises ValueError where a tree of `nodes` nodes (root included)
+  exceeds the budget, `MAX_NODES`."""
+  if nodes > MAX_NODES:
+    raise ValueError(f'a tree of {nodes:,} nodes (root included) exceeds '
+                     f'the budget of {MAX_NODES} nodes.')
+
+
+def most_nodes(top_t: int, depth: int) -> int:
+  """Nodes, root included, of the full tree of the top `top_t` tokens of
+  `depth` heads: 1 + t + t^2 + ... + t^depth."""
+  return 1 + sum(top_t ** d for d in range(1, depth + 1))
+
+
+def check_sizes(sizes, top_t: int, depth: int) -> None:
+  """Raises ValueError naming the sizes (nodes, root included) that no
+  tree of the top `top_t` tokens of `depth` heads has within the budget:
+  the sizes `Tree.best` is asked for (auto_k's tuning, the bench's
+  --tree_sizes)."""
+  most = most_nodes(top_t, depth)
+  bad = [size for size in sizes if not 2 <= size <= min(most, MAX_NODES)]
+  if not bad:
+    return
+  if most <= MAX_NODES:
+    raise ValueError(f'tree sizes {bad}: a tree of the top {top_t} of '
+                     f'{depth} heads has 2 to {most} nodes.')
+  raise ValueError(f'tree sizes {bad} must be 2 to {MAX_NODES}: a larger '
+                   f'tree exceeds the budget of {MAX_NODES} nodes.')
+
 
 @dataclasses.dataclass(frozen=True)
 class Tree:
@@ -46,7 +88,8 @@ class Tree:
     paths: the nodes below the root, each its rank path (r_1, ..., r_d):
       the r_j-th most likely token (0: the argmax) of head j + 1 at depth j,
       given the path above it. Every prefix of a path is a path too; the
-      order is the nodes' order (by depth, then ranks).
+      order is the nodes' order (by depth, then ranks). At most
+      `MAX_NODES` - 1 of them (the root is a node too).
   """
   paths: tuple[tuple[int, ...], ...]
 
@@ -57,6 +100,7 @@ class Tree:
           numeric.is_integer(r) and r >= 0 for r in path)):
         raise ValueError(f'tree node {path!r}: ranks must be integers >= 0.')
     paths = tuple(tuple(int(r) for r in path) for path in self.paths)
+    check_size(len(paths) + 1)
     object.__setattr__(self, 'paths', tuple(sorted(paths,
                                                    key=lambda p: (len(p), p))))
     if not self.paths:
@@ -72,6 +116,7 @@ class Tree:
   @classmethod
   def chain(cls, depth: int) -> 'Tree':
     """The plain draft: every head's argmax, `depth` proposals."""
+    check_size(depth + 1)  # Before making depth^2 / 2 ranks.
     return cls(tuple((0,) * d for d in range(1, depth + 1)))
 
   @classmethod
@@ -85,6 +130,12 @@ class Tree:
       raise ValueError(f'tree widths {widths!r} must be 1 to {depth} '
                        f'integers >= 1.')
     widths = tuple(int(w) for w in widths)
+    # Counted before the nodes are made: a product of widths grows fast.
+    level, below = 1, 0
+    for width in widths:
+      level *= width
+      below += level
+    check_size(1 + below + level * (depth - len(widths)))
     widths += (1,) * (depth - len(widths))
     level, paths = [()], []
     for width in widths:
@@ -109,7 +160,7 @@ class Tree:
       probabilities: [depth, t] the probability that head j + 2's rank-r
         token is the right one when the path above it is (measured; see
         `auto_tree`); a path's probability is the product along it.
-      size: nodes, root included, >= 2.
+      size: nodes, root included, 2 to `MAX_NODES`.
 
     The nodes are taken greedily by path probability, each path after its
     parent (a child is never more probable than its parent): the expected
@@ -120,6 +171,7 @@ class Tree:
     depth, t = probabilities.shape
     if size < 2:
       raise ValueError(f'a tree of {size} nodes has no proposal.')
+    check_size(size)
     paths = []
     frontier = [(-probabilities[0, r], (r,)) for r in range(t)]
     heapq.heapify(frontier)
