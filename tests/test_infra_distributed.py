@@ -10,9 +10,11 @@ they hold their devices' parts of the parameters and cache.
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -22,6 +24,7 @@ import distributed_decode
 import xla_flags
 from bpd_jax import generate
 from bpd_jax.infra import distributed
+from bpd_jax.infra import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--config=configs/demo.py:quick', '--config.task.sizes.train=400',
@@ -195,7 +198,134 @@ def test_made_once_makes_a_missing_file_and_only_then(tmp_path):
   distributed.made_once(path, make, wait=True, what='test file')
   distributed.made_once(path, make, wait=True, what='test file')
   assert calls == [1]
-  with pytest.raises(FileNotFoundError, match='test file .* not found after '
-                     'process 0 made it'):
+  with pytest.raises(errors.MissingFileError, match='test file .* not '
+                     'found after process 0 made it'):
     distributed.made_once(str(tmp_path / 'g.txt'), lambda: None, wait=True,
                           what='test file')
+
+
+@pytest.fixture
+def as_two_processes(monkeypatch):
+  """Sets this process as process `index` (a function: index -> client) of
+  two, over a coordination service of its own on 127.0.0.1 (jax's key-value
+  store, as jax.distributed.initialize starts it, for one process)."""
+  from jax._src.lib import _jax
+  address = f'127.0.0.1:{free_port()}'
+  service = _jax.get_distributed_runtime_service(address, 1)
+  client = _jax.get_distributed_runtime_client(address, 0, init_timeout=10)
+  try:  # Shut down whatever happens: a client left to the collector
+    client.connect()  # aborts the process.
+    monkeypatch.setattr(distributed, '_client', lambda: client,
+                        raising=False)
+    monkeypatch.setattr(jax, 'process_count', lambda: 2)
+    monkeypatch.setattr(distributed, '_calls', {}, raising=False)
+
+    def become(index):
+      monkeypatch.setattr(jax, 'process_index', lambda: index)
+      return client
+    yield become
+  finally:
+    client.shutdown()
+    service.shutdown()
+
+
+def test_made_once_waits_for_process_0_with_a_timeout(tmp_path,
+                                                      as_two_processes):
+  as_two_processes(1)
+  path = str(tmp_path / 'vocab.model')
+  with pytest.raises(errors.ProcessError, match=re.escape(
+      f'process 0 did not make the vocabulary {path} within 0.2 s: it is '
+      f'still at work, or stuck.')):
+    distributed.made_once(path, None, True, 'vocabulary', timeout_s=0.2)
+
+
+def test_made_once_failure_on_process_0_reaches_the_others(
+    tmp_path, as_two_processes, monkeypatch):
+  """Process 0's error, in one line, is what the others end with."""
+  monkeypatch.setattr(distributed, '_TELL_TIMEOUT_S', 0.2)
+  monkeypatch.setattr(distributed, '_TELL_GRACE_S', 0)
+  path = str(tmp_path / 'vocab.model')
+
+  def make():
+    raise errors.DataError('train.src cannot be read:\nIs a directory')
+  as_two_processes(0)
+  with pytest.raises(errors.DataError):
+    distributed.made_once(path, make, True, 'vocabulary')
+  # Process 1 is this process again, at its call of the same file.
+  client = as_two_processes(1)
+  distributed._calls.clear()  # Its first call, as process 0's was.
+  with pytest.raises(errors.ProcessError, match=re.escape(
+      f'process 0 did not make the vocabulary {path}: train.src cannot be '
+      f'read: Is a directory')) as raised:
+    distributed.made_once(path, make, True, 'vocabulary', timeout_s=5)
+  assert '\n' not in str(raised.value)
+  assert raised.value.exit_code == 1
+  # It said it read the error: process 0 waits for that before it ends.
+  assert client.key_value_dir_get('bpd_jax/made_once/')[-1][0].endswith(
+      '#1/read/1')
+
+
+def made_once_job(tmp_path, mode):
+  """Both processes' (exit status, stdout, stderr) of a two-process
+  tests/made_once_job.py MODE on tmp_path, and its seconds."""
+  port = free_port()
+  started = time.monotonic()
+  processes = [subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, 'tests', 'made_once_job.py'),
+       str(tmp_path), mode], cwd=ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu',
+           'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}',
+           'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(i)})
+      for i in range(2)]
+  ends = []
+  for process in processes:
+    try:
+      out, err = process.communicate(timeout=50)  # Its own wait is 60 s.
+    except subprocess.TimeoutExpired:
+      process.kill()
+      out, err = process.communicate()
+    ends.append((process.returncode, out, err))
+  return ends, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_two_processes_get_the_same_file_made_once_never_half_of_it(
+    tmp_path):
+  """Process 0 writes the file in two halves 0.5 s apart while process 1
+  reads its path every millisecond: process 1 sees the whole or nothing."""
+  ends, _ = made_once_job(tmp_path, 'made')
+  for status, out, err in ends:
+    assert (status, out) == (0, 'made: True\n'), err[-2000:]
+  assert os.listdir(tmp_path) == ['made.txt']
+
+
+@pytest.mark.slow
+def test_a_failure_on_process_0_reaches_process_1_as_one_line(tmp_path):
+  ends, seconds = made_once_job(tmp_path, 'fails')
+  path = tmp_path / 'made.txt'
+  reason = f'data {path}.src cannot be read: Is a directory'
+  assert [(status, err.strip().splitlines()) for status, _, err in ends
+          ] == [(2, [f'Error: {reason}']),
+                (1, [f'Error: process 0 did not make the test file {path}: '
+                     f'{reason}'])]
+  assert seconds < 30  # Not the wait's 60 s.
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.slow
+def test_process_0_killed_while_process_1_waits(tmp_path):
+  """Killed midway through the file: process 1 does not wait for ever and
+  never sees half a file. jax ends it (its coordinator, process 0's, is
+  gone) as fast as the wait's own error, whichever comes first."""
+  ends, seconds = made_once_job(tmp_path, 'killed')
+  assert ends[0][0] == -signal.SIGKILL
+  status, out, err = ends[1]
+  assert status != 0 and out == ''
+  assert seconds < 30  # Not the wait's 60 s.
+  assert 'Traceback' not in err
+  assert ('process 0 did not make the test file' in err
+          or 'another task died' in err), err[-2000:]
+  # Only process 0's temporary file, under a name no reader opens.
+  assert [name.endswith('.partial.txt') for name in os.listdir(tmp_path)
+          ] == [True]

@@ -50,3 +50,9 @@ class WriteError(JobError, OSError):
 
 class MissingPackageError(JobError, ImportError):
   """A package of an extra the job needs is not installed (`extras.py`)."""
+
+
+class ProcessError(JobError, RuntimeError):
+  """Another process of a several-process job failed or stopped before
+  making what this one waits for (`distributed.made_once`)."""
+  exit_code = 1  # Process 0's own error says whose fault it is.
