@@ -143,8 +143,9 @@ def sample_many(model, sampler, k, key=0):
     (1, 'independent'),  # Ancestral sampling: the reference itself.
     # Every k and every head type by default; the rest of the grid is slow.
     (2, 'joint'), (3, 'independent'), (4, 'joint'), (4, 'sequential'),
-    (3, 'autoregressive'), (3, 'autoregressive:source=base'),
-    (4, 'block:source=base'),
+    (3, 'autoregressive'), (4, 'block:source=base'),
+    # The draft layer's source changes its q, not the rule: slow.
+    pytest.param(3, 'autoregressive:source=base', marks=pytest.mark.slow),
     pytest.param(3, 'block', marks=pytest.mark.slow),
     pytest.param(3, 'autoregressive:source=own', marks=pytest.mark.slow),
     pytest.param(2, 'independent', marks=pytest.mark.slow),
