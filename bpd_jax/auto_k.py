@@ -45,6 +45,7 @@ cost one iteration of the loop verifying it, measured as the k's are.
 """
 
 import dataclasses
+import functools
 import json
 from typing import Callable
 
@@ -312,28 +313,24 @@ class AutoDecoder:
                        f'tune with the criterion you decode with.')
     self.decoder, self.tuning, self.criterion = decoder, tuning, criterion
 
-  def candidate_options(self, candidate,
-                        max_len: int) -> decoding.DecodeOptions:
-    """The decode of a candidate: a k (1: greedy decoding) or a Tree."""
-    return candidate_options(candidate, max_len=max_len,
-                             criterion=self.criterion)
-
   def calibrate(self, batch_size: int, length: int, *,
                 max_len: int) -> decoding.DecodeOptions:
     """The options to decode inputs [batch_size, length] with; the first
     time a shape is seen, each candidate's loop is timed on the decoder."""
-    return self.candidate_options(self.tuning.choose(
+    options = functools.partial(candidate_options, max_len=max_len,
+                                criterion=self.criterion)
+    return options(self.tuning.choose(
         (batch_size, length, max_len),
         lambda candidate: timing.loop_iteration_seconds(
-            self.decoder, self.candidate_options(candidate, max_len),
-            batch_size, length)), max_len)
+            self.decoder, options(candidate), batch_size, length)))
 
   def options(self, batch_size: int, length: int, *,
               max_len: int) -> decoding.DecodeOptions:
     """What `calibrate` chose for inputs of this shape (ValueError for a
     shape it has not seen)."""
-    return self.candidate_options(
-        self.tuning.chosen((batch_size, length, max_len)), max_len)
+    return candidate_options(
+        self.tuning.chosen((batch_size, length, max_len)), max_len=max_len,
+        criterion=self.criterion)
 
   def decode(self, inputs, *, max_len: int) -> decoding.DecodeResult:
     """Decodes `inputs` [batch, length] with the options `calibrate`

@@ -42,7 +42,8 @@ class DecoderSpec:
       raise ValueError(f'options={self.options!r} is not a '
                        f'decoding.DecodeOptions.')
     if not self.name:
-      object.__setattr__(self, 'name', self.default_name())
+      object.__setattr__(self, 'name', default_name(self.options,
+                                                    self.refinement_spec))
 
   @classmethod
   def of(cls, max_len: int, k: int = 1, criterion: str = 'exact',
@@ -61,23 +62,8 @@ class DecoderSpec:
     if given is not None:
       options = dataclasses.replace(options, tree=given)
     if not name and tree and given is None:  # Named by its widths.
-      name = cls(options, 'unnamed', refinement_spec).default_name(
-          f'tree={tree}')
+      name = default_name(options, refinement_spec, f'tree={tree}')
     return cls(options, name, refinement_spec)
-
-  def default_name(self, tree_name: str = '') -> str:
-    """The reports' name of the options (see `name`); `tree_name` names
-    the tree ('tree=2,2'; default: its spec, 'tree:7')."""
-    options = self.options
-    sampled = f' {self.sampler}' if self.sampler else ''
-    if options.k == 1:
-      return f'ancestral{sampled}' if self.sampler else 'greedy'
-    extra = '' if self.criterion == 'exact' else f' {self.criterion}'
-    extra += f' l={options.min_block}' if options.min_block > 1 else ''
-    extra += f' {self.refinement_spec}' if self.refinement_spec else ''
-    if options.tree is not None:
-      extra += f' {tree_name or options.tree.spec}'
-    return f'blockwise k={options.k}{extra}{sampled}'
 
   @property
   def max_len(self) -> int:
@@ -191,6 +177,23 @@ class AutoSpec:
   def reference(self, specs: list) -> DecoderSpec:
     """Greedy decoding, the first of `specs`."""
     return specs[0]
+
+
+def default_name(options: decoding.DecodeOptions, refinement_spec: str = '',
+                 tree_name: str = '') -> str:
+  """The reports' name of a decode (see `DecoderSpec.name`);
+  `refinement_spec` the refinement as written, `tree_name` the tree's
+  ('tree=2,2'; default: its spec, 'tree:7')."""
+  sampler = '' if options.sampler is None else f' {options.sampler.spec}'
+  if options.k == 1:
+    return f'ancestral{sampler}' if sampler else 'greedy'
+  criterion = options.criterion.spec
+  extra = '' if criterion == 'exact' else f' {criterion}'
+  extra += f' l={options.min_block}' if options.min_block > 1 else ''
+  extra += f' {refinement_spec}' if refinement_spec else ''
+  if options.tree is not None:
+    extra += f' {tree_name or options.tree.spec}'
+  return f'blockwise k={options.k}{extra}{sampler}'
 
 
 # The criteria a sampling decoder verifies with (decoding/sampling.py).
