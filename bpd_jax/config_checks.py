@@ -46,7 +46,7 @@ TRAIN_FIELDS = {
 }
 EVAL_FIELDS = {
     **{name: schema.integer(0) for name in (
-        'num_examples', 'every', 'draft_vocab_size')},
+        'num_examples', 'every', 'draft_vocab_size', 'perplexity_tokens')},
     **{name: schema.integer(1) for name in (
         'batch_size', 'max_len', 'periodic_examples', 'repeats')},
 }

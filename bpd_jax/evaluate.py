@@ -2,14 +2,17 @@
 
     python -m bpd_jax.evaluate --config=configs/demo.py --workdir=/tmp/bpd_demo
 
-Decodes the config's eval split greedily and with every decoder of
-config.eval (eval.ks, criteria, min_block, samplers), eval.repeats timed
-rounds, and prints and writes the report the task's kind picks
-(`evaluation/reports.py`): for translation WORKDIR/eval_<split>.json with
-BLEU, mean accepted block, model calls, wall-clock, speedup over greedy
-and the fraction of outputs identical to greedy's; for a language model
-the same rows beside perplexity; for super-resolution PSNR/SSIM,
-WORKDIR/sr_<split>.json and the image grid sr_<split>.png.
+Restores the newest intact step of WORKDIR/checkpoints (a line names it:
+"Restored step 2000 from WORKDIR/checkpoints."), decodes the config's eval
+split greedily and with every decoder of config.eval (eval.ks, criteria,
+min_block, samplers), eval.repeats timed rounds, and prints and writes
+the report the task's kind picks (`evaluation/reports.py`): for
+translation WORKDIR/eval_<split>.json with BLEU, mean accepted block,
+model calls, wall-clock, speedup over greedy and the fraction of outputs
+identical to greedy's; for a language model the same rows beside
+perplexity (over eval.perplexity_tokens tokens of the split); for
+super-resolution PSNR/SSIM, WORKDIR/sr_<split>.json and the image grid
+sr_<split>.png.
 """
 
 from absl import flags

@@ -172,6 +172,12 @@ def get_config():
   # 'exact' criterion (the rejection rule: the base model's distribution)
   # and any 'typical:EPS,DELTA' one, each timed against that ancestral row.
   ev.samplers = ()
+  # Language models: perplexity over the eval split's first this many
+  # continuation tokens, the last example cut at the budget (0: the whole
+  # split). Above configs/lm_demo.py's whole validation split (202,707
+  # tokens); a larger split (LM1B's test) is cut. A 1B model on a CPU
+  # scores tens of tokens a second (~2.5 GFLOP each): lower it there.
+  ev.perplexity_tokens = 262_144
   ev.tokenized_bleu = False  # Text tasks: also bleu_intl (t2t-bleu's).
   ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 100  # Examples decoded by those evaluations.

@@ -44,6 +44,8 @@ def test_a_config_at_every_limit_passes():
     ('train', 'batch_size', 0, 'train.batch_size=0 must be an integer >= 1'),
     ('eval', 'draft_vocab_size', -1, 'eval.draft_vocab_size=-1 must be an '
      'integer >= 0'),
+    ('eval', 'perplexity_tokens', -1, r'^eval.perplexity_tokens=-1 must be '
+     r'an integer >= 0\.$'),
     ('train', 'batch_size', True, 'train.batch_size=True must be an integer '
      '>= 1'),
     ('train', 'learning_rate', 0.0, r'train.learning_rate=0.0 must be a '

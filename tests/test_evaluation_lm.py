@@ -5,6 +5,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from bpd_jax.evaluation import lm
@@ -34,20 +35,70 @@ def setup():
 
 def test_perplexity_is_the_mean_likelihood_of_the_continuations():
   model, task, examples = setup()
-  ppl, count = lm.perplexity(model, task.encoded('validation'), batch_size=4)
-  # By hand: each sequence right-padded to one length (causal attention:
-  # padding after a position does not change its logits), one forward pass.
+  ppl, count, cut = lm.perplexity(model, task.encoded('validation'),
+                                  batch_size=4)
+  by_hand = token_log_likelihoods(model, examples)
+  assert count == len(by_hand) == sum(len(c) for _, c in examples)
+  assert not cut
+  np.testing.assert_allclose(ppl, math.exp(-sum(by_hand) / count),
+                             rtol=1e-4)
+
+
+def token_log_likelihoods(model, examples) -> list[float]:
+  """Each continuation token's log-likelihood, the examples in order, by
+  hand: each sequence right-padded to one length (causal attention:
+  padding after a position does not change its logits), one forward
+  pass."""
   sequences = [[model.config.bos_id] + p + c for p, c in examples]
   length = max(map(len, sequences))
   inputs = np.array([s + [0] * (length - len(s)) for s in sequences])
   log_probs = np.asarray(jax.nn.log_softmax(
       model.next_token_logits(model(None, inputs[:, :-1]))))
-  total = 0.0
-  for row, (prompt, continuation) in enumerate(examples):
-    total -= sum(float(log_probs[row, len(prompt) + i, token])
-                 for i, token in enumerate(continuation))
-  assert count == sum(len(c) for _, c in examples)
-  np.testing.assert_allclose(ppl, math.exp(total / count), rtol=1e-4)
+  return [float(log_probs[row, len(prompt) + i, token])
+          for row, (prompt, continuation) in enumerate(examples)
+          for i, token in enumerate(continuation)]
+
+
+# 46 tokens in all: 10 + 7 + 13 + 4 + 9 + 3 (eos included). Batches of 4
+# examples: 34 tokens, then 12. A budget inside an example, at an
+# example's end, across the batches' border, at and beyond the whole.
+@pytest.mark.parametrize('budget', [1, 15, 17, 34, 40, 46, 100])
+def test_a_token_budget_scores_the_first_tokens_exactly(budget):
+  model, task, examples = setup()
+  ppl, count, cut = lm.perplexity(model, task.encoded('validation'),
+                                  batch_size=4, max_tokens=budget)
+  by_hand = token_log_likelihoods(model, examples)
+  assert count == min(budget, 46) and cut == (budget < 46)
+  # The example that reaches the budget is scored up to it.
+  np.testing.assert_allclose(ppl, math.exp(-sum(by_hand[:count]) / count),
+                             rtol=1e-4)
+
+
+def test_a_budget_beyond_the_split_scores_what_no_budget_scores():
+  model, task, _ = setup()
+  examples = task.encoded('validation')
+  assert lm.perplexity(model, examples, batch_size=4, max_tokens=46) == (
+      lm.perplexity(model, examples, batch_size=4))
+
+
+def test_progress_lines_say_the_tokens_scored_of_the_budget():
+  model, task, _ = setup()
+  lines = []
+  lm.perplexity(model, task.encoded('validation'), batch_size=4,
+                max_tokens=40, log=lines.append, progress_s=0)
+  assert lines[0].startswith('  perplexity: 34 of 40 tokens scored, ')
+  assert lines[1].startswith('  perplexity: 40 of 40 tokens scored, ')
+  assert len(lines) == 2
+  quiet = []  # No line before progress_s seconds.
+  lm.perplexity(model, task.encoded('validation'), batch_size=4,
+                log=quiet.append, progress_s=3600)
+  assert not quiet
+
+
+def test_a_negative_budget_is_refused():
+  model, task, _ = setup()
+  with pytest.raises(ValueError, match='max_tokens=-1 must be >= 0'):
+    lm.perplexity(model, task.encoded('validation'), max_tokens=-1)
 
 
 def test_perplexity_without_a_pad_token_is_that_of_padding_with_0():
@@ -73,6 +124,9 @@ def test_prompts_decoded_by_every_decoder_exact_equals_greedy():
   assert said[0] == ('Perplexity of validation, then its prompts (5) '
                      'decoded with 3 decoders:')
   assert report['perplexity'] > 1
+  assert report['scored_tokens'] == 46 and not report['perplexity_cut']
+  assert said[1] == (f'  perplexity on validation: '
+                     f'{report["perplexity"]:.3f} (46 tokens)')
   rows = report['rows']
   assert [r['decoder'] for r in rows] == ['greedy', 'blockwise k=2',
                                           'blockwise k=3']

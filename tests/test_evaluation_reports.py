@@ -10,6 +10,7 @@ from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.tasks import spec as task_spec
 
 import test_evaluation_image
+import test_evaluation_lm
 import train_configs
 
 
@@ -22,9 +23,13 @@ def test_every_kind_has_a_report_with_the_reports_members():
     for name in members:
       expected = inspect.signature(getattr(reports.Report, name))
       actual = inspect.signature(getattr(module, name))
-      # The protocol's methods take self; a module's functions do not.
-      assert list(actual.parameters) == list(expected.parameters)[1:], (
-          kind, name)
+      # The protocol's methods take self; a module's functions do not. A
+      # kind's own arguments come after the protocol's, with defaults.
+      shared = list(expected.parameters)[1:]
+      assert list(actual.parameters)[:len(shared)] == shared, (kind, name)
+      assert all(actual.parameters[extra].default is not inspect.Parameter.empty
+                 for extra in list(actual.parameters)[len(shared):]), (
+                     kind, name)
 
 
 def test_periodic_evaluation_of_an_image_task_reads_greedys_row():
@@ -99,3 +104,19 @@ def test_the_report_drafts_among_eval_draft_vocab_size_ids(monkeypatch,
   assert [list(d.draft_vocab) for d in decoders] == [list(expected)]
   assert 'among the 5 most frequent ids' in ' '.join(lines)
   assert [row['identical_to_greedy'] for row in result['rows']] == [1.0, 1.0]
+
+
+def test_a_language_models_report_scores_eval_perplexity_tokens(tmp_path):
+  config = train_configs.load_config('lm_demo', 'quick')
+  config.eval.update(num_examples=2, ks=(2,), max_len=4, repeats=1,
+                     perplexity_tokens=10)
+  config.mesh.shape = (1,)
+  model, task, _ = test_evaluation_lm.setup()
+  lines = []
+  result = evaluation.report(config, str(tmp_path), model, task,
+                             log=lines.append)
+  assert result['scored_tokens'] == 10 and result['perplexity_cut']
+  assert '  perplexity on validation: ' in lines[1]
+  assert lines[1].endswith(' (10 tokens, cut there by eval.perplexity_tokens)')
+  assert (f'perplexity {result["perplexity"]} over the first 10 tokens '
+          f'(eval.perplexity_tokens). Report: ') in lines[-1]

@@ -142,9 +142,12 @@ def test_damaged_newer_steps_are_moved_aside_so_training_can_save_them(
 def test_a_reader_leaves_damaged_steps_in_place(tmp_path):
   saved_steps(tmp_path)
   truncate(largest_data_file(tmp_path, 2))
-  params = checkpoints.restore_params_dict(str(tmp_path), log=lambda _: None)
+  lines = []
+  params = checkpoints.restore_params_dict(str(tmp_path), log=lines.append)
   np.testing.assert_array_equal(params['w'], big_state(1)['params']['w'])
   assert (tmp_path / '2').is_dir()
+  # The last line names the step read: the intact one.
+  assert lines[-1] == f'Restored step 1 from {tmp_path}.'
 
 
 def test_a_step_without_checksums_is_damaged_unless_asked_for(tmp_path):

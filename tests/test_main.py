@@ -46,6 +46,7 @@ def test_train_resume_and_evaluate(tmp_path):
   assert 'step ' not in again.stdout.replace('Resumed from step', '')
   evaluated = run('evaluate', *TINY, f'--workdir={tmp_path}')
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert f'Restored step 16 from {tmp_path}/checkpoints.' in evaluated.stdout
   assert 'blockwise k=3' in evaluated.stdout
   # The distillation job checks its output directory before any decoding.
   refused = run('distill', *TINY, f'--workdir={tmp_path}',

@@ -11,6 +11,8 @@ its perplexity. The report of language-model tasks (`reports.Report`).
 """
 
 import math
+import time
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +30,17 @@ COLUMNS = ('decoder', 'mean_block', 'model_calls', 'wall_s', 'speedup',
            'identical_to_greedy')
 
 
+class Score(NamedTuple):
+  """What `perplexity` measured."""
+  perplexity: float
+  tokens: int  # Continuation tokens scored.
+  cut: bool  # The token budget left some unscored.
+
+
 def perplexity(model, examples: batching.EncodedPairs,
-               batch_size: int = 16) -> tuple[float, int]:
+               batch_size: int = 16, *, max_tokens: int = 0,
+               log: Callable[[str], None] | None = None,
+               progress_s: float = 30.0) -> Score:
   """exp(mean negative log-likelihood) of the continuation tokens.
 
   Args:
@@ -37,51 +48,92 @@ def perplexity(model, examples: batching.EncodedPairs,
     examples: (prompt ids, continuation ids) pairs.
     batch_size: examples a forward pass (the last batch is filled with
       copies of the first, which are not counted).
+    max_tokens: score the first this many continuation tokens, in the
+      examples' order (0: all): the example that reaches the budget is
+      scored up to it (its first tokens, teacher-forced: what the whole
+      example gives them, attention being causal), later ones not at all.
+    log: takes a progress line (tokens scored so far, of how many) each
+      time `progress_s` seconds have passed since the last; None: quiet.
+    progress_s: seconds between progress lines.
 
   Returns:
-    (perplexity, tokens scored).
+    Score(perplexity, tokens scored, cut: whether `max_tokens` left
+    tokens of `examples` unscored).
   """
   if not len(examples):
     raise ValueError('perplexity needs at least one example.')
+  if max_tokens < 0:
+    raise ValueError(f'max_tokens={max_tokens} must be >= 0 (0: all).')
   prompt_lengths, lengths = examples.lengths()
   prompt_width, width = int(prompt_lengths.max()), int(lengths.max())
-  total, count = 0.0, 0
+  goal = min(max_tokens, int(lengths.sum())) if max_tokens else int(
+      lengths.sum())
+  total, count, cut = 0.0, 0, False
+  started = last_line = time.monotonic()
   for start in range(0, len(examples), batch_size):
+    if max_tokens and count >= max_tokens:
+      cut = True  # Whole examples are left.
+      break
     rows = [examples[i] for i in range(start, min(start + batch_size,
                                                   len(examples)))]
     real = len(rows)
     rows += [examples[0]] * (batch_size - real)
-    nll, tokens = _negative_log_likelihood(
+    # Without a budget, more than the batch holds: every token is scored.
+    budget = max_tokens - count if max_tokens else batch_size * width
+    nll, tokens, available = _negative_log_likelihood(
         model, jnp.asarray(batching.pad_rows([p for p, _ in rows],
                                              prompt_width,
                                              pad_id=model.config.pad_id)),
         jnp.asarray(batching.pad_rows([c for _, c in rows], width,
-                                      pad_id=model.config.pad_id)))
+                                      pad_id=model.config.pad_id)),
+        jnp.asarray(budget, jnp.int32))
     total += float(np.asarray(nll)[:real].sum())
-    count += int(np.asarray(tokens)[:real].sum())
-  return math.exp(total / max(count, 1)), count
+    scored = int(np.asarray(tokens)[:real].sum())
+    count += scored
+    cut = scored < int(np.asarray(available)[:real].sum())
+    now = time.monotonic()
+    if log is not None and now - last_line >= progress_s:
+      log(f'  perplexity: {count:,} of {goal:,} tokens scored, '
+          f'{now - started:.0f} s')
+      last_line = now
+  return Score(math.exp(total / max(count, 1)), count, cut)
 
 
 @jax.jit
-def _negative_log_likelihood(model, prompts, continuations):
-  """[batch] summed NLL of each row's continuation, and its token count."""
+def _negative_log_likelihood(model, prompts, continuations, budget):
+  """Each row's summed NLL of its continuation's tokens, the first `budget`
+  of the batch's (row by row) alone.
+
+  Args:
+    model: a decoder-only Transformer.
+    prompts: [batch, S] prompt ids, right-padded with pad_id.
+    continuations: [batch, T] continuation ids, right-padded with pad_id.
+    budget: [] tokens to score at most, the batch's rows in order.
+
+  Returns:
+    ([batch] NLL summed over the scored tokens, [batch] tokens scored,
+    [batch] tokens the rows hold).
+  """
   config = model.config
   tokens, labels = losses.decoder_only_sequence(prompts, continuations,
                                                 config.pad_id)
   hidden = model(None, losses.shift_right(tokens, config.bos_id))
   logits = model.next_token_logits(hidden)
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  mask = labels != config.pad_id
+  real = labels != config.pad_id
+  # The budget's tokens: the first ones in row-major order.
+  mask = real & (jnp.cumsum(real.ravel()).reshape(real.shape) <= budget)
   # Padding labels (-1 where no vocabulary id pads) read logit 0, unused.
   picked = jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None],
                                -1)[..., 0]
-  return -jnp.where(mask, picked, 0.0).sum(1), mask.sum(1)
+  return -jnp.where(mask, picked, 0.0).sum(1), mask.sum(1), real.sum(1)
 
 
 def evaluate(model, task: lm_task.LMTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), draft_vocab=None, log=print) -> dict:
+             param_rules=(), draft_vocab=None, log=print,
+             perplexity_tokens: int = 0) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
   Args:
@@ -91,24 +143,29 @@ def evaluate(model, task: lm_task.LMTask, split: str,
     decoders: greedy first (the reference of speedups and
       identical_to_greedy), each generating its max_len tokens a prompt.
     batch_size: prompts decoded together.
-    num_examples: the first this many prompts (0: all); perplexity is
-      always over the whole split.
+    num_examples: the first this many prompts (0: all).
     repeats, mesh, param_rules, draft_vocab, log: as
       `reports.Report.evaluate` takes them.
+    perplexity_tokens: perplexity over the split's first this many
+      continuation tokens (0: all of them; `perplexity`'s max_tokens).
 
   Returns:
-    dict(split, examples, perplexity, scored_tokens, truncated_prompts,
-    rows: a row per decoder, head_accuracy: dict(greedy=each head's
-    teacher-forced accuracy on the greedy continuations, what acceptance
-    depends on; `predictions.head_accuracy`)).
+    dict(split, examples, perplexity, scored_tokens, perplexity_cut
+    (whether perplexity_tokens left tokens of the split unscored),
+    truncated_prompts, rows: a row per decoder, head_accuracy:
+    dict(greedy=each head's teacher-forced accuracy on the greedy
+    continuations, what acceptance depends on;
+    `predictions.head_accuracy`)).
   """
   sources, truncated = task.sources(split, model.config.max_source_len,
                                     num_examples)
   # The prompts there are: a split may hold fewer than num_examples.
   log(f'Perplexity of {split}, then its prompts ({len(sources)}) '
       f'decoded with {len(decoders)} decoders:')
-  ppl, scored = perplexity(model, task.encoded(split))
-  log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens)')
+  ppl, scored, cut = perplexity(model, task.encoded(split),
+                                max_tokens=perplexity_tokens, log=log)
+  log(f'  perplexity on {split}: {ppl:.3f} ({scored} tokens'
+      + (', cut there by eval.perplexity_tokens)' if cut else ')'))
   if truncated:
     log(f'warning: {truncated} of {len(sources)} {split} prompts exceed '
         f'max_source_len={model.config.max_source_len} and kept their end.')
@@ -128,7 +185,8 @@ def evaluate(model, task: lm_task.LMTask, split: str,
   log(f'  teacher-forced accuracy per head, on the greedy outputs: '
       f'{head_accuracy}')
   return dict(split=split, examples=len(sources), perplexity=round(ppl, 4),
-              scored_tokens=scored, truncated_prompts=truncated, rows=rows,
+              scored_tokens=scored, perplexity_cut=cut,
+              truncated_prompts=truncated, rows=rows,
               head_accuracy=dict(greedy=head_accuracy))
 
 
@@ -137,8 +195,11 @@ def write(result: dict, config, workdir: str, log) -> None:
   path = outputs.write_rows(result, config, workdir, COLUMNS, log)
   log(f'{result["examples"]} prompts of {config.eval.split}, '
       f'{config.eval.max_len} tokens each; perplexity '
-      f'{result["perplexity"]} over {result["scored_tokens"]} tokens. '
-      f'Report: {path}')
+      f'{result["perplexity"]} over '
+      + ('the first ' if result['perplexity_cut'] else '')
+      + f'{result["scored_tokens"]} tokens'
+      + (' (eval.perplexity_tokens)' if result['perplexity_cut'] else '')
+      + f'. Report: {path}')
 
 
 def training_figures(result: dict) -> dict[str, float]:

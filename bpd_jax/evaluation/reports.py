@@ -39,8 +39,10 @@ class Report(Protocol):
     decoder (greedy first: the reference), `batch_size` at a time, at
     most each decoder's max_len tokens an example; returns the result:
     'rows', one per decoder (the names of the decoders), beside any
-    baseline's, and the kind's own figures. Each kind documents its other arguments; these
-    every kind passes on alike (`runner.decode_sources`):
+    baseline's, and the kind's own figures. A kind may take more keyword
+    arguments after these, with defaults (`_own_options` gives them from
+    config.eval); these every kind passes on alike
+    (`runner.decode_sources`):
 
     Args:
       repeats: timed rounds of every decoder over the batches, interleaved
@@ -79,7 +81,8 @@ def report(config, workdir: str, model, task: tasks.Task,
       spec.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
-      mesh=mesh, param_rules=rules, draft_vocab=draft_ids, log=log)
+      mesh=mesh, param_rules=rules, draft_vocab=draft_ids, log=log,
+      **_own_options(config))
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result
@@ -104,7 +107,7 @@ def periodic(config):
         model, task, config.eval.split, decoders,
         batch_size=config.eval.batch_size,
         num_examples=config.eval.periodic_examples, mesh=placed_mesh,
-        param_rules=rules, log=quiet)
+        param_rules=rules, log=quiet, **_own_options(config))
     values = task_report.training_figures(result)
     if k > 1:
       blockwise = next(row for row in result['rows']
@@ -117,6 +120,14 @@ def periodic(config):
 
 def _report_of(config) -> Report:
   return REPORTS[tasks.get(config.task.name).kind]
+
+
+def _own_options(config) -> dict:
+  """The arguments of config.eval that one kind's report alone takes: the
+  language model's perplexity budget."""
+  if _report_of(config) is lm:
+    return dict(perplexity_tokens=config.eval.perplexity_tokens)
+  return {}
 
 
 def _mesh(config) -> jax.sharding.Mesh:

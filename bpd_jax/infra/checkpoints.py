@@ -257,7 +257,8 @@ def restore_params_dict(directory: str, log=print,
 
   For warm starts and evaluation of a run whose model may differ from the
   caller's (other heads): no target structure is needed. `read_unverified`
-  as in `Checkpoints`.
+  as in `Checkpoints`; `log` takes its fallbacks, then a line naming the
+  step read.
 
   Raises:
     errors.MissingFileError: no checkpoint in `directory`.
@@ -275,6 +276,7 @@ def restore_params_dict(directory: str, log=print,
     store.close()
   if step is None:
     raise errors.MissingFileError(f'no checkpoint in {directory}.')
+  log(f'Restored step {step} from {directory}.')  # Which one a job reads.
   return restored['params']
 
 
