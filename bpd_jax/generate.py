@@ -172,7 +172,9 @@ class Decoder:
     elif rescorer is not None:
       raise ValueError('a rescorer was given without a refinement.')
     sampler, keys = self._sampling(options, inputs, key)
-    return ((self._weights, self.layout(options.k), inputs),
+    # A drafter needing no training, drafting alone, reads no heads.
+    layout = self.layout(options.k if options.uses_heads else 1)
+    return ((self._weights, layout, inputs),
             dict(options=options.static(), rescorer_structure=structure,
                  rescorer=bound, iterations=_iteration_count(iterations),
                  sampler=sampler, keys=keys, placement=self._placement))
@@ -224,15 +226,18 @@ class Decoder:
                 refinement: decoding.Refinement | None = None,
                 rescorer=None, sampler: decoding.Sampler | None = None,
                 key: int | jax.Array = 0,
-                tree: decoding.Tree | None = None) -> decoding.DecodeResult:
-    """Blockwise parallel decoding with the model's proposal heads: `decode`
-    with the `decoding.DecodeOptions` these keywords make.
+                tree: decoding.Tree | None = None,
+                drafter: 'str | decoding.Lookup' = 'heads'
+                ) -> decoding.DecodeResult:
+    """Blockwise parallel decoding: `decode` with the
+    `decoding.DecodeOptions` these keywords make.
 
     Args:
       inputs: [batch, length] source (encoder-decoder) or prompt
         (decoder-only) token ids, right-padded with pad_id.
       k: block size, 1 <= k <= the model's num_proposal_heads (1: greedy
-        decoding). k='auto' is `auto_k.AutoDecoder(decoder, tuning)`.
+        decoding); any k >= 2 for a drafter needing no training that
+        drafts alone. k='auto' is `auto_k.AutoDecoder(decoder, tuning)`.
       max_len: most tokens to generate per example.
       criterion: Exact() (output identical to greedy), TopK(t) or
         Distance(eps).
@@ -247,6 +252,13 @@ class Decoder:
       key: the sampling's int seed, key or [batch] keys (see `decode`).
       tree: a tree of the heads' candidates (`decoding.Tree`, depth k - 1)
         verified in each call; None: the heads' argmax, one draft.
+      drafter: what proposes: 'heads' (the model's proposal heads), or a
+        drafter that needs no training (`decoding.Lookup`, or its spec):
+        'lookup' (prompt lookup: what followed the last n tokens' latest
+        earlier occurrence in the prompt and output), 'ngram' (an n-gram
+        model's greedy continuation; pass the model as `ngram=` to
+        `decode`), with options such as 'lookup:max=4,min=2' and
+        heads='fallback' or 'tree' to draft beside the heads.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
@@ -258,8 +270,8 @@ class Decoder:
                        "inputs, max_len=...) (tuning: auto_k.tune_k).")
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
-        refinement=refinement, sampler=sampler, tree=tree),
-                       rescorer=rescorer, key=key)
+        refinement=refinement, sampler=sampler, tree=tree,
+        lookup=decoding.lookup.parse(drafter)), rescorer=rescorer, key=key)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -325,13 +337,15 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
               rescorer=None, sampler: decoding.Sampler | None = None,
               key: int | jax.Array = 0,
               tree: decoding.Tree | None = None,
-              draft_vocab=None) -> decoding.DecodeResult:
+              draft_vocab=None,
+              drafter: 'str | decoding.Lookup' = 'heads'
+              ) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
     inputs, k, max_len, criterion, min_block, refinement, rescorer,
-      sampler, key, tree: as `Decoder.blockwise`.
+      sampler, key, tree, drafter: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
     draft_vocab: the ids proposals are chosen from (see `Decoder`).
@@ -340,7 +354,8 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
                  draft_vocab=draft_vocab).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, refinement=refinement,
-      rescorer=rescorer, sampler=sampler, key=key, tree=tree)
+      rescorer=rescorer, sampler=sampler, key=key, tree=tree,
+      drafter=drafter)
 
 
 def sample(model: Transformer, inputs, *, max_len: int,

@@ -20,7 +20,8 @@ from flax import nnx
 from bpd_jax import generate
 from bpd_jax.bench import near_ties
 from bpd_jax.infra import sharding
-from bpd_jax.decoding import (DecodeOptions, Distance, Refinement, Sampler,
+from bpd_jax.decoding import (DecodeOptions, Distance, Exact, Refinement,
+                              Sampler,
                               TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
@@ -203,6 +204,71 @@ def exact_tree_decoding_equals_greedy(max_examples):
 test_exact_tree_decoding_equals_greedy = exact_tree_decoding_equals_greedy(4)
 test_exact_tree_decoding_equals_greedy_on_many_models = pytest.mark.slow(
     exact_tree_decoding_equals_greedy(30))
+
+
+# Drafters that need no training, alone (any k) and beside the heads.
+LOOKUPS = ['lookup', 'lookup:min=1', 'lookup:max=4,min=1,heads=fallback',
+           'lookup:min=1,heads=tree', 'lookup:max=2,heads=tree']
+
+
+def exact_lookup_decoding_equals_greedy(max_examples):
+  """The property with prompt lookup drafting (`decoding.Lookup`)."""
+
+  @hypothesis.settings(max_examples=max_examples, deadline=None,
+                       suppress_health_check=[
+                           hypothesis.HealthCheck.too_slow])
+  @hypothesis.given(
+      seed=st.integers(0, 2**16),
+      k=st.integers(2, 12),
+      drafter=st.sampled_from(LOOKUPS),
+      batch=st.sampled_from([1, 3]),
+      encoder_layers=st.sampled_from([2, 0]),
+      head_layer=st.sampled_from(DRAFTERS),
+      head_scale=st.sampled_from([0.0, 0.3, 1.0]),
+      architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)),
+      criterion=st.sampled_from([Exact(), TopK(1)]))
+  def check(seed, k, drafter, batch, encoder_layers, head_layer, head_scale,
+            architecture, criterion):
+    if 'heads=' in drafter:  # The heads draft too: k is theirs.
+      k = min(k, MAX_HEADS)
+    with jax.enable_x64(True):
+      model = random_model(seed, encoder_layers, head_layer,
+                           head_scale=head_scale, architecture=architecture)
+      inputs = random_inputs(seed, batch, length=10)
+      reference = generate.greedy(model, inputs, max_len=24)
+      result = generate.blockwise(model, inputs, k=k, max_len=24,
+                                  drafter=drafter, criterion=criterion)
+      assert_same_or_near_tie(model, inputs, reference, result)
+      assert (result.model_calls <= reference.model_calls).all()
+      np.testing.assert_array_equal(
+          (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
+
+  return check
+
+
+test_exact_lookup_decoding_equals_greedy = (
+    exact_lookup_decoding_equals_greedy(4))
+test_exact_lookup_decoding_equals_greedy_on_many_models = pytest.mark.slow(
+    exact_lookup_decoding_equals_greedy(40))
+
+
+def test_lookup_drafts_on_repeating_output_and_past_the_heads():
+  """A model that repeats itself: the lookup alone accepts long blocks,
+  at a k beyond the model's heads, and the same with every example's
+  output its own."""
+  with jax.enable_x64(True):
+    model = random_model(4, 2, 'independent', head_scale=0.3)
+    inputs = random_inputs(4, 4)
+    reference = generate.greedy(model, inputs, max_len=30)
+    decoder = generate.Decoder(model)
+    result = decoder.blockwise(inputs, k=MAX_HEADS + 4, max_len=30,
+                               drafter='lookup:min=1')
+    assert_same_or_near_tie(model, inputs, reference, result)
+    assert float(result.mean_block_size) > 3.0
+    for i in range(inputs.shape[0]):
+      alone = decoder.blockwise(inputs[i:i + 1], k=MAX_HEADS + 4, max_len=30,
+                                drafter='lookup:min=1')
+      np.testing.assert_array_equal(alone.tokens[0], result.tokens[i])
 
 
 @pytest.mark.parametrize('k', [2, 5, 8])

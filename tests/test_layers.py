@@ -59,7 +59,7 @@ FORBIDDEN_MODULES = {
 # decoding/'s ground floor: the values a decode is described by import no
 # module that runs one.
 DECODING_GROUND = {'types', 'criteria', 'tree', 'lattice', 'refine',
-                   'sampler', 'options'}
+                   'lookup', 'sampler', 'options'}
 DECODING_LOOPS = {'steps', 'blockwise', 'sampling'}
 
 

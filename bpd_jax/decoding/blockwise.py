@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding import options as options_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import steps
@@ -74,7 +75,8 @@ class BlockwiseState:
 
 def verify(criterion: criteria_lib.Criterion, proposals: jax.Array,
            logits: jax.Array, min_accepted: int,
-           best: jax.Array | None = None) -> jax.Array:
+           best: jax.Array | None = None,
+           may_be_empty: bool = False) -> jax.Array:
   """Proposals accepted per example: the longest acceptable prefix.
 
   Args:
@@ -84,12 +86,17 @@ def verify(criterion: criteria_lib.Criterion, proposals: jax.Array,
       before them, each conditioned on the proposals before it.
     min_accepted: proposals taken even where verification fails.
     best: [batch, n] argmax of `logits`, if already taken.
+    may_be_empty: slots may hold `lookup.NO_PROPOSAL` (a drafter needing
+      no training): never accepted, whatever the criterion.
 
   Returns:
     [batch] accepted proposals.
   """
-  return criteria_lib.accepted_count(
-      criterion.accepts(proposals, logits, best), min_accepted)
+  passes = criterion.accepts(lookup_lib.model_tokens(proposals)
+                             if may_be_empty else proposals, logits, best)
+  if may_be_empty:
+    passes = passes & lookup_lib.proposed(proposals)
+  return criteria_lib.accepted_count(passes, min_accepted)
 
 
 def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
@@ -97,7 +104,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      options: options_lib.DecodeOptions, *,
                      end_ids: tuple[int, ...], pad_id: int,
                      iterations: jax.Array | None = None,
-                     rescore: refine_lib.Rescore | None = None
+                     rescore: refine_lib.Rescore | None = None,
+                     ngram: lookup_lib.NgramDrafter | None = None
                      ) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
@@ -119,15 +127,19 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
     iterations: exactly this many loop iterations (timing; see
       `steps.run_loop`); None: until every example has ended.
     rescore: the refinement's rescorer (`refine.Rescore`), if it has one.
+    ngram: the n-gram model of an 'ngram' lookup drafter.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
   k, max_len = options.k, options.max_len
+  lookup = functools.partial(_lookup_drafts, options.lookup, ngram, prompt,
+                             prompt_lengths)
   propose = {'heads': _plain_draft,
              'tree': functools.partial(_tree_drafts, options.tree),
              'refined': functools.partial(_refined_drafts,
                                           options.refinement, rescore),
+             'lookup': lookup, 'lookup_tree': lookup,
              }[options.proposer]
   propose = functools.partial(propose, fns, k=k)
   ids = dict(k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
@@ -142,8 +154,16 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
   else:
     step = functools.partial(_blockwise_step, fns, prompt_lengths, propose,
                              criterion=options.criterion,
-                             min_block=options.min_block, **ids)
+                             min_block=options.min_block,
+                             may_be_empty=may_propose_nothing(options),
+                             **ids)
   return result(steps.run_loop(step, state, iterations), max_len)
+
+
+def may_propose_nothing(options: options_lib.DecodeOptions) -> bool:
+  """Whether a draft's slots may be empty (`lookup.NO_PROPOSAL`): a
+  drafter needing no training drafting alone."""
+  return options.proposer == 'lookup' and options.lookup.heads == 'none'
 
 
 def start(fns: DecodingFns, cache: Cache, prompt: jax.Array,
@@ -233,6 +253,33 @@ def _refined_drafts(refinement, rescore, fns, cache, features, next_tokens,
                               refinement.tree_size(k)), cache
 
 
+def _lookup_drafts(lookup, ngram, prompt, prompt_lengths, fns, cache,
+                   features, next_tokens, start, last, tokens, lengths, *,
+                   k):
+  """The drafter needing no training's draft (`lookup.draft`) after the
+  output so far: [batch, k], empty slots NO_PROPOSAL where it drafts
+  alone, else filled with the heads' argmax; or, heads='tree', its draft
+  and the heads' as one tree. Arguments as `_plain_draft`'s, and the
+  prompt the lookup searches too."""
+  token = ops.take_at(next_tokens, last)[:, None]
+  found = lookup_lib.draft(
+      lookup, lookup_lib.history(prompt, prompt_lengths, tokens, lengths),
+      prompt_lengths + lengths, k - 1, ngram)
+  if lookup.heads == 'none':
+    return jnp.concatenate([token, found], axis=1), cache
+  heads, _, cache = steps.proposals(
+      fns, cache, features, next_tokens, start, last,
+      lambda index, logits: ops.argmax(logits))
+  found = lookup_lib.filled(found, heads)
+  if lookup.heads == 'fallback':
+    return jnp.concatenate([token, found], axis=1), cache
+  # The heads' chain first: an empty lookup draft merges into it.
+  drafts = jnp.stack([jnp.concatenate([token, heads], axis=1),
+                      jnp.concatenate([token, found], axis=1)], axis=1)
+  return tree_lib.from_drafts(drafts, (k - 1, k - 1),
+                              1 + 2 * (k - 1)), cache
+
+
 def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
                  tokens, lengths, *, k) -> tuple[tree_lib.TreeBlock, Cache]:
   """The static tree's nodes after the last accepted token (arguments as
@@ -280,20 +327,25 @@ def _ranked(logits: jax.Array, rank: int) -> jax.Array:
 
 
 def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
-                    k, max_len, end_ids, pad_id, criterion,
-                    min_block) -> BlockwiseState:
+                    k, max_len, end_ids, pad_id, criterion, min_block,
+                    may_be_empty) -> BlockwiseState:
   """One call: score the draft, accept the longest acceptable prefix,
   propose the next draft."""
   start = prompt_lengths + state.lengths - 1
-  features, cache = fns.extend(state.cache, state.block, start)
-  logits = fns.next_token_logits(features)  # [batch, k, vocab]
+  if may_be_empty:  # The drafter reads no features: logits alone.
+    features = None
+    logits, cache = steps.scored_logits(fns, state.cache, state.block,
+                                        start, ~state.done)
+  else:
+    features, cache = fns.extend(state.cache, state.block, start)
+    logits = fns.next_token_logits(features)  # [batch, k, vocab]
   # scored[:, j]: the scoring model's token after position j.
   scored = ops.argmax(logits)
   if k == 1:
     accepted = jnp.zeros_like(state.lengths)
   else:
     accepted = verify(criterion, state.block[:, 1:], logits[:, :-1],
-                      min_block - 1, scored[:, :-1])
+                      min_block - 1, scored[:, :-1], may_be_empty)
   return _accept(propose, state, state.block, accepted,
                  ops.take_at(scored, accepted), features, cache, start,
                  k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)

@@ -25,13 +25,14 @@ candidates and in every report's k column, with no exception for greedy.
 import dataclasses
 
 from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import sampler as sampler_lib
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
 
 # How a call's drafts are made (`DecodeOptions.proposer`).
-PROPOSERS = ('heads', 'tree', 'refined')
+PROPOSERS = ('heads', 'tree', 'refined', 'lookup', 'lookup_tree')
 
 
 def required_positions(prompt_length: int, max_len: int, k: int = 1) -> int:
@@ -64,6 +65,9 @@ class DecodeOptions:
     tree: a static tree of the heads' candidates (`tree.Tree`, depth
       k - 1), every node verified in one call; None: the heads' argmax,
       one draft.
+    lookup: drafts that need no training (`lookup.Lookup`: prompt lookup
+      or an n-gram model), alone or beside the heads; None: the model's
+      drafter alone.
   """
   max_len: int
   k: int = 1
@@ -72,6 +76,7 @@ class DecodeOptions:
   refinement: refine_lib.Refinement | None = None
   sampler: sampler_lib.Sampler | None = None
   tree: tree_lib.Tree | None = None
+  lookup: lookup_lib.Lookup | None = None
 
   def __post_init__(self):
     # numpy integers are integers (`numeric`); held as Python ints, options
@@ -85,7 +90,7 @@ class DecodeOptions:
   def from_specs(cls, *, max_len: int, k: int = 1, criterion: str = 'exact',
                  min_block: int = 1, refinement: str = '',
                  window: int = 0, sampler: str = '',
-                 tree: str = '') -> 'DecodeOptions':
+                 tree: str = '', drafter: str = '') -> 'DecodeOptions':
     """Options from the strings of configs and flags.
 
     Args:
@@ -98,6 +103,9 @@ class DecodeOptions:
         'temperature=0.7,top_p=0.9'.
       tree: '' (one draft) or the widths of a tree of depth k - 1
         (`tree.Tree.from_spec`), e.g. '2,2'.
+      drafter: '' or 'heads' (the model's drafter), or a drafter that
+        needs no training (`lookup.Lookup.from_spec`), e.g. 'lookup',
+        'lookup:min=3,heads=tree', 'ngram'.
     """
     return cls(max_len=max_len, k=k,
                criterion=criteria_lib.from_spec(criterion),
@@ -106,7 +114,8 @@ class DecodeOptions:
                            if refinement else None),
                sampler=(sampler_lib.Sampler.from_spec(sampler)
                         if sampler else None),
-               tree=tree_lib.Tree.from_spec(tree, k - 1) if tree else None)
+               tree=tree_lib.Tree.from_spec(tree, k - 1) if tree else None,
+               lookup=lookup_lib.parse(drafter))
 
   @property
   def sampling(self) -> bool:
@@ -130,8 +139,13 @@ class DecodeOptions:
     """How a call's drafts are made, one of PROPOSERS: 'heads' (the
     drafter's argmax, or a sampler's proposals: one draft), 'tree' (the
     static tree's nodes), 'refined' (the refinement's drafts: one, or
-    several verified as a tree). Options that propose what the drafter's
-    argmax proposes (k = 1, a chain, a plain refinement) are 'heads'."""
+    several verified as a tree), 'lookup' (a drafter needing no
+    training: its draft, or the heads' where it has none if they take
+    part), 'lookup_tree' (its draft and the heads', one tree). Options
+    that propose what the drafter's argmax proposes (k = 1, a chain, a
+    plain refinement) are 'heads'."""
+    if self.k > 1 and self.lookup is not None:
+      return 'lookup_tree' if self.lookup.heads == 'tree' else 'lookup'
     if self.k > 1 and self.refinement is not None and (
         not self.refinement.is_plain):
       return 'refined'
@@ -147,7 +161,16 @@ class DecodeOptions:
       return self.tree.size
     if self.proposer == 'refined' and self.refinement.drafts > 1:
       return self.refinement.tree_size(self.k)
+    if self.proposer == 'lookup_tree':
+      return 1 + 2 * (self.k - 1)
     return self.k
+
+  @property
+  def uses_heads(self) -> bool:
+    """Whether the model's proposal heads draft (k > 1, and no drafter
+    needing no training drafts alone): what bounds k by their number."""
+    return self.k > 1 and (self.lookup is None
+                           or self.lookup.heads != 'none')
 
   def required_positions(self, prompt_length: int) -> int:
     """Decoder positions a decode after a prompt of this length reaches
@@ -172,10 +195,17 @@ class DecodeOptions:
     """
     if not numeric.is_integer(self.max_len) or self.max_len < 1:
       raise ValueError(f'max_len={self.max_len!r} must be an integer >= 1.')
-    if not (numeric.is_integer(self.k) and 1 <= self.k <= num_heads):
+    if self.lookup is not None:
+      self._check_lookup()
+    elif not (numeric.is_integer(self.k) and 1 <= self.k <= num_heads):
       raise ValueError(f'k={self.k!r} must be an integer in [1, '
                        f"{num_heads}], the model's number of proposal "
                        f'heads (1: greedy decoding).')
+    if self.uses_heads and self.k > num_heads:
+      raise ValueError(f'k={self.k} with the heads drafting '
+                       f'(drafter {self.lookup.spec!r}) must be at most '
+                       f"{num_heads}, the model's number of proposal "
+                       f"heads; heads='none' drafts without them.")
     if not isinstance(self.criterion, criteria_lib.Criterion):
       raise ValueError(f'criterion={self.criterion!r} is not a '
                        f'decoding.Criterion.')
@@ -209,6 +239,29 @@ class DecodeOptions:
       raise ValueError(f'sampling takes min_block=1, not {self.min_block}: '
                        f'unverified proposals would change the '
                        f'distribution.')
+
+  def _check_lookup(self) -> None:
+    if not isinstance(self.lookup, lookup_lib.Lookup):
+      raise ValueError(f'lookup={self.lookup!r} is not a decoding.Lookup.')
+    self.lookup.check()
+    if not (numeric.is_integer(self.k) and self.k >= 2):
+      raise ValueError(f'k={self.k!r}: drafter {self.lookup.spec!r} '
+                       f'proposes k - 1 tokens a call; k must be an '
+                       f'integer >= 2 (1: greedy decoding, with no '
+                       f'drafter).')
+    if self.tree is not None or self.refinement is not None:
+      raise ValueError(f'drafter {self.lookup.spec!r} takes no tree and no '
+                       f"refinement (heads=tree verifies its draft and the "
+                       f"heads' as one tree).")
+    if self.min_block != 1:
+      raise ValueError(f'min_block={self.min_block}: drafter '
+                       f'{self.lookup.spec!r} may propose nothing, so it '
+                       f'has no draft to accept unverified; use '
+                       f'min_block=1.')
+    if self.sampling and self.lookup.heads == 'tree':
+      raise ValueError('a tree takes no sampling: sampled proposals are '
+                       'verified by the rejection rule one draft at a time '
+                       "(heads='fallback' samples with the heads).")
 
   def _check_refinement(self, vocab_size: int, dependent_heads: str) -> None:
     if self.sampling:

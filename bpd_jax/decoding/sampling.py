@@ -73,6 +73,7 @@ import jax.numpy as jnp
 
 from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding import options as options_lib
 from bpd_jax.decoding import steps
 from bpd_jax.decoding.sampler import Sampler
@@ -136,7 +137,9 @@ class SampledBlock:
     tokens: [batch, k] the last accepted token, then the proposals.
     log_q: [batch, k - 1, vocab] the warped log-distributions the proposals
       were drawn from (a point mass for argmax proposals; [batch, k - 1,
-      1] under typical acceptance, which takes the heads' argmax).
+      1] under typical acceptance, which takes the heads' argmax, and for
+      a lookup drafting alone, whose point masses are made where they
+      are verified).
   """
   tokens: jax.Array
   log_q: jax.Array
@@ -167,7 +170,8 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                             options: options_lib.DecodeOptions,
                             sampler: Sampler, keys: jax.Array, *,
                             end_ids: tuple[int, ...], pad_id: int,
-                            iterations: jax.Array | None = None
+                            iterations: jax.Array | None = None,
+                            ngram: lookup_lib.NgramDrafter | None = None
                             ) -> DecodeResult:
   """Blockwise sampling: the base model's distribution, k tokens a call at
   best (see the module docstring for the rule and why it is exact); k = 1
@@ -183,41 +187,81 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
       rule; the sampler's numbers come traced, as `sampler`.
     sampler: the warping (temperature > 0), of the base and the heads.
     keys: [batch] one key per example (`example_keys`).
+    ngram: the n-gram model of an 'ngram' lookup drafter.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
   k, max_len, criterion = options.k, options.max_len, options.criterion
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
+  propose = functools.partial(
+      _proposals, fns, sampler, criterion,
+      options.lookup if options.proposer == 'lookup' else None, ngram,
+      prompt, prompt_lengths, k=k)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
       lambda logits: _draw(first_key, sampler.log_probs(logits)),
-      lambda cache, features, next_tokens, start, last, tokens, lengths:
-      _proposals(fns, sampler, criterion, cache, features, next_tokens,
-                 start, last, draft_key, k),
+      functools.partial(propose, keys=draft_key),
       k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
   state = SamplingState(inner, keys, jnp.ones((), jnp.int32))
-  step = functools.partial(_sampling_step, fns, prompt_lengths, sampler,
-                           criterion, k=k, max_len=max_len, end_ids=end_ids,
-                           pad_id=pad_id)
+  step = functools.partial(
+      _sampling_step, fns, prompt_lengths, sampler, criterion, propose,
+      k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id,
+      may_be_empty=blockwise_lib.may_propose_nothing(options))
   return blockwise_lib.result(
       steps.run_loop(step, state, iterations).inner, max_len)
 
 
-def _proposals(fns, sampler, criterion, cache, features, next_tokens, start,
-               last, keys, k) -> tuple[SampledBlock, Cache]:
+def _proposals(fns, sampler, criterion, lookup, ngram, prompt,
+               prompt_lengths, cache, features, next_tokens, start, last,
+               tokens, lengths, *, keys, k) -> tuple[SampledBlock, Cache]:
   """(the next block: the token after the last accepted position, then
   heads 2..k's proposals, with the log-distributions they were drawn from;
-  the cache). The other arguments are `steps.proposals`'.
+  the cache). The other arguments are `steps.proposals`', and the output
+  so far (tokens, lengths) and prompt a `lookup.Lookup` drafter reads.
 
   The rejection rule draws proposals from the warped heads, or takes
   their argmax (sampler.proposals 'argmax': a point-mass q); typical
-  acceptance takes their argmax (its log_q is unused).
+  acceptance takes their argmax (its log_q is unused). A lookup's
+  proposals are fixed by the output so far: point masses, the heads'
+  proposal and its q in the slots it leaves empty if the heads take part
+  (heads='fallback'), else empty slots (`lookup.NO_PROPOSAL`).
   """
   token = ops.take_at(next_tokens, last)
   if k == 1:
     return SampledBlock(token[:, None],
                         jnp.zeros((token.shape[0], 0, 1))), cache
+  if lookup is None:
+    return _heads_proposals(fns, sampler, criterion, cache, features,
+                            next_tokens, start, last, keys, token)
+  found = lookup_lib.draft(
+      lookup, lookup_lib.history(prompt, prompt_lengths, tokens, lengths),
+      prompt_lengths + lengths, k - 1, ngram)
+  if lookup.heads == 'none':  # Point masses, made where verified.
+    return SampledBlock(jnp.concatenate([token[:, None], found], axis=1),
+                        jnp.zeros(found.shape + (1,))), cache
+  heads, cache = _heads_proposals(fns, sampler, criterion, cache, features,
+                                  next_tokens, start, last, keys, token)
+  taken = lookup_lib.proposed(found)
+  found = jnp.where(taken, found, heads.tokens[:, 1:])
+  log_q = heads.log_q
+  if log_q.shape[-1] > 1:  # The rejection rule's q (typical reads none).
+    log_q = jnp.where(taken[..., None],
+                      point_mass(found, log_q.shape[-1]), log_q)
+  return SampledBlock(jnp.concatenate([token[:, None], found], axis=1),
+                      log_q), cache
+
+
+def point_mass(tokens: jax.Array, vocab_size: int) -> jax.Array:
+  """[..., vocab] the log-distribution of a point mass at each token
+  [...]: 0 there, -inf elsewhere."""
+  return jnp.where(jax.nn.one_hot(tokens, vocab_size, dtype=bool), 0.0,
+                   -jnp.inf)
+
+
+def _heads_proposals(fns, sampler, criterion, cache, features, next_tokens,
+                     start, last, keys, token) -> tuple[SampledBlock, Cache]:
+  """The heads' part of `_proposals`: the block after `token` [batch]."""
   typical = isinstance(criterion, criteria_lib.Typical)
   if typical or sampler.proposals == 'argmax':
     choose = lambda index, logits: ops.argmax(logits)
@@ -243,8 +287,7 @@ def proposal_log_q(sampler: Sampler, proposals: jax.Array,
   vocab]) for drawn proposals, a point mass at the token (0 there, -inf
   elsewhere) for argmax ones."""
   if sampler.proposals == 'argmax':
-    return jnp.where(jax.nn.one_hot(proposals, logits.shape[-1], dtype=bool),
-                     0.0, -jnp.inf)
+    return point_mass(proposals, logits.shape[-1])
   return sampler.log_probs(logits)
 
 
@@ -272,24 +315,33 @@ def residual_log_probs(log_p, log_q) -> jax.Array:
                                                            1.0)), log_p)
 
 
-def _sampling_step(fns, prompt_lengths, sampler, criterion,
+def _sampling_step(fns, prompt_lengths, sampler, criterion, propose,
                    state: SamplingState, *, k, max_len, end_ids,
-                   pad_id) -> SamplingState:
+                   pad_id, may_be_empty) -> SamplingState:
   """One call: score the block, accept by the rule, draw the token after
   the accepted proposals, draw the next block's proposals."""
   inner = state.inner
   block = inner.block.tokens  # [batch, k]
   draft_log_q = inner.block.log_q  # [batch, k - 1, vocab]
   start = prompt_lengths + inner.lengths - 1
-  features, cache = fns.extend(inner.cache, block, start)
-  log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, k, V]
+  if may_be_empty:  # The drafter reads no features: logits alone.
+    features = None
+    logits, cache = steps.scored_logits(fns, inner.cache, block, start,
+                                        ~inner.done)
+  else:
+    features, cache = fns.extend(inner.cache, block, start)
+    logits = fns.next_token_logits(features)
+  log_p = sampler.log_probs(logits)  # [batch, k, vocab]
+  if may_be_empty:  # A lookup drafting alone: point masses at its tokens.
+    draft_log_q = point_mass(lookup_lib.model_tokens(block[:, 1:]),
+                             log_p.shape[-1])
   coin_key, token_key, draft_key = jnp.moveaxis(
       _call_keys(state.keys, state.call, 3), 1, 0)
   if k == 1:
     accepted = jnp.zeros_like(inner.lengths)
     after = log_p[:, 0]
   else:
-    proposals = block[:, 1:]
+    proposals = lookup_lib.model_tokens(block[:, 1:])
     if isinstance(criterion, criteria_lib.Typical):
       passes = criterion.accepts(proposals, log_p[:, :-1])
     else:
@@ -300,23 +352,29 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion,
       uniform = jax.vmap(lambda key: jax.random.uniform(key, (k - 1,)))(
           coin_key)
       passes = accepted_proposals(log_p_x, log_q_x, uniform)
+    if may_be_empty:  # An empty slot is no proposal, and no rejection.
+      passes = passes & lookup_lib.proposed(block[:, 1:])
     accepted = criteria_lib.accepted_count(passes)
     after = ops.take_at(log_p, accepted)  # [batch, vocab]
     if not isinstance(criterion, criteria_lib.Typical):  # Medusa: p itself.
-      # A rejection's residual; after a fully accepted block p itself.
-      rejected_q = ops.take_at(draft_log_q,
-                               jnp.minimum(accepted, k - 2))
-      after = jnp.where((accepted < k - 1)[:, None],
-                        residual_log_probs(after, rejected_q), after)
+      # A rejection's residual; after a fully accepted block (or before an
+      # empty slot) p itself.
+      slot = jnp.minimum(accepted, k - 2)
+      rejected = accepted < k - 1
+      if may_be_empty:
+        rejected = rejected & lookup_lib.proposed(ops.take_at(block[:, 1:],
+                                                              slot))
+      after = jnp.where(rejected[:, None],
+                        residual_log_probs(after, ops.take_at(draft_log_q,
+                                                              slot)), after)
   # The token after the accepted proposals: one draw per example.
   token = _draw(token_key, after)
   next_tokens = steps.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = blockwise_lib.append_accepted(
       inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
       pad_id=pad_id)
-  next_block, cache = _proposals(
-      fns, sampler, criterion, cache, features, next_tokens, start, accepted,
-      draft_key, k)
+  next_block, cache = propose(cache, features, next_tokens, start, accepted,
+                              tokens, lengths, keys=draft_key)
   inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
                                 next_block, cache, k)
   return SamplingState(inner, state.keys, state.call + 1)

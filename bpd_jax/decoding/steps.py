@@ -5,6 +5,7 @@ position, and the drafter's proposals."""
 import jax
 import jax.numpy as jnp
 
+from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding.types import Cache, DecodingFns
 
 
@@ -111,3 +112,36 @@ def proposals(fns: DecodingFns, cache: Cache, features: jax.Array,
   logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
                                       last)
   return choose(0, logits), logits, cache
+
+
+def scored_logits(fns: DecodingFns, cache: Cache, block: jax.Array,
+                  start: jax.Array, live: jax.Array
+                  ) -> tuple[jax.Array, Cache]:
+  """The scoring model's logits at a draft's positions, [batch, k, vocab],
+  for a draft whose slots may be empty (`lookup.NO_PROPOSAL`).
+
+  A call in which no live example has a proposal scores the last accepted
+  token alone, as a greedy call does (its logits stand at every position:
+  nothing after position 0 is proposed, so nothing reads them); else the
+  whole block, an empty slot read as token 0 (never accepted). The cache
+  entries past the scored positions are stale either way, and unread.
+
+  Args:
+    fns, cache: the model's decoding functions and cache.
+    block: [batch, k] the last accepted token, then the proposals.
+    start: [batch] the block's first position.
+    live: [batch] bool, the examples still decoding.
+  """
+  def whole(cache):
+    features, cache = fns.extend(cache, lookup_lib.model_tokens(block),
+                                 start)
+    return fns.next_token_logits(features), cache
+
+  def first_only(cache):
+    features, cache = fns.extend(cache, block[:, :1], start)
+    logits = fns.next_token_logits(features)
+    return jnp.broadcast_to(logits, (logits.shape[0], block.shape[1],
+                                     logits.shape[2])), cache
+
+  any_proposal = (lookup_lib.proposed(block[:, 1]) & live).any()
+  return jax.lax.cond(any_proposal, whole, first_only, cache)

@@ -107,6 +107,7 @@ ADDED_FIELDS = {
     'task.targets': 'intensities', 'task.scales': [1, 2, 4, 8],
     'task.seed': 0, 'task.mock_examples': 0,
     'task.vocab_type': 'sentencepiece', 'task.distilled': '',
+    'eval.perplexity_tokens': 0,  # Perplexity scored the whole split.
 }
 
 # The record's entries that are no config field: the run's vocabulary, as
