@@ -209,11 +209,13 @@ def _vocabulary(config, workdir: str, folder: str):
     if path == config.train.init_from and folder:
       path = folder  # The model folder, moved with it.
     if not os.path.isdir(path):
+      relative = ('' if os.path.isabs(path) else
+                  f'; a relative path is read from the current directory, '
+                  f'{os.getcwd()}')
       raise errors.MissingFileError(
           f'the run in {workdir} reads the tokenizer of the model folder '
-          f'{path}, which is not there (moved? a relative path is read from '
-          f'the current directory, {os.getcwd()}): pass the folder as '
-          f'load_run\'s base_folder.')
+          f'{path}, which is not there (moved{relative}): pass the folder '
+          f'as load_run\'s base_folder.')
     return hf_vocab.HFVocabulary(path)
   model = workdir_lib.run_vocabulary(workdir)
   if task.get('vocab_type', 'sentencepiece') == 'sentencepiece' and (

@@ -343,7 +343,7 @@ def _run_phase(run: _Run, phase, state, step_fn, preemption, writer):
   return state, step
 
 
-def _save(checkpoints, step: int, state, base: dict | None) -> None:
+def _save(checkpoints, step: int, state, base: dict | None = None) -> None:
   """Saves `state` as step `step` unless a float in it is NaN or infinite;
   with a frozen imported base's record (`base`), the heads' parameters
   alone, and the record.
@@ -361,8 +361,10 @@ def _save(checkpoints, step: int, state, base: dict | None) -> None:
     raise Diverged(f'a parameter or optimizer state is NaN or infinite '
                    f'after step {step}; stopped without saving. '
                    f'{_last_good(checkpoints)}')
-  checkpoints.save(step, state,
-                   None if base is None else {factory.BASE_RECORD: base})
+  if base is None:
+    checkpoints.save(step, state)
+  else:
+    checkpoints.save(step, state, meta={factory.BASE_RECORD: base})
 
 
 @jax.jit
