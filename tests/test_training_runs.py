@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import bpd_jax
 from bpd_jax import generate
 from bpd_jax.infra import errors
 from bpd_jax.infra import workdir as workdir_lib
@@ -117,6 +118,7 @@ def test_load_run_opens_the_run_as_the_job_left_it(frozen_run, monkeypatch,
                                                    tmp_path):
   config, _, workdir, tokens, trained = frozen_run
   monkeypatch.chdir(tmp_path)  # Another directory.
+  assert bpd_jax.load_run is runs.load_run  # The package's own name.
   run = runs.load_run(workdir, log=lambda _: None)
   assert run.step == 2
   # The config the job ran with, from its record; its vocabulary.
