@@ -314,9 +314,42 @@ def test_a_good_command_passes():
       "--grid='k=2,4 train.head_steps=5' --fixed=data_dir=$DATA --run"))
 
 
+# The workdirs the guide's Python examples open (bpd_jax.load_run), each
+# the --workdir of a documented training command, and that command's
+# config: the run is trained for them, shortened to 2 steps.
+RUNS = {'/tmp/bpd_tiny_llama3': 'configs/hf_heads.py:model=tests/data/'
+                                'tiny_llama3,data=bpd_jax,ext=.py,steps=2'}
+
+
+@pytest.fixture(scope='module')
+def trained_run(tmp_path_factory):
+  """workdir -> a run trained as RUNS says, in a temporary folder."""
+  made = {}
+
+  def run_for(workdir: str) -> str:
+    documented_workdirs = {arg.split('=', 1)[1] for _, command in
+                           documented() for arg in command
+                           if arg.startswith('--workdir=')}
+    assert workdir in documented_workdirs, workdir
+    if workdir not in made:
+      made[workdir] = str(tmp_path_factory.mktemp('run'))
+      done = subprocess.run(
+          [sys.executable, '-m', 'bpd_jax.main', f'--config={RUNS[workdir]}',
+           f'--workdir={made[workdir]}', '--config.eval.after_training=False'],
+          cwd=ROOT, capture_output=True, text=True, timeout=600)
+      assert done.returncode == 0, done.stderr[-3000:]
+    return made[workdir]
+
+  return run_for
+
+
 @pytest.mark.slow  # Each compiles decoders: seconds to tens of seconds.
 @pytest.mark.parametrize('name, code', python_examples(),
                          ids=[name for name, _ in python_examples()])
-def test_every_python_example_of_the_guide_runs(name, code, monkeypatch):
+def test_every_python_example_of_the_guide_runs(name, code, monkeypatch,
+                                                trained_run):
   monkeypatch.chdir(ROOT)  # Paths in the examples are the repository's.
+  for workdir in RUNS:
+    if workdir in code:
+      code = code.replace(workdir, trained_run(workdir))
   exec(compile(code, name, 'exec'), {})  # pylint: disable=exec-used

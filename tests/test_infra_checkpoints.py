@@ -44,6 +44,28 @@ def test_params_dict_needs_a_checkpoint(tmp_path):
   np.testing.assert_array_equal(params['w'], np.full((2, 3), 5.0))
 
 
+def test_a_step_keeps_its_meta_record_beside_the_state(tmp_path):
+  store = checkpoints.Checkpoints(str(tmp_path))
+  store.save(1, state(1))
+  store.save(2, state(2), meta={'base': {'folder': '/m', 'fingerprint': 'f'}})
+  store.wait()
+  assert store.meta(1) == {}  # Saved without one (or by older versions).
+  assert store.meta(2) == {'base': {'folder': '/m', 'fingerprint': 'f'}}
+  store.close()
+  step, params, meta = checkpoints.restore_latest_params(str(tmp_path))
+  assert step == 2 and meta == {'base': {'folder': '/m', 'fingerprint': 'f'}}
+  np.testing.assert_array_equal(params['w'], 2.0)
+
+
+def test_a_fingerprint_names_the_values():
+  tree = {'a': jnp.zeros((3, 4), jnp.bfloat16), 'b': jnp.arange(5.0)}
+  same = jax.tree.map(np.asarray, tree)  # Other arrays, the same values.
+  assert checkpoints.fingerprint(tree) == checkpoints.fingerprint(same)
+  assert len(checkpoints.fingerprint(tree)) == 16
+  changed = dict(tree, b=tree['b'].at[4].set(4.5))
+  assert checkpoints.fingerprint(changed) != checkpoints.fingerprint(tree)
+
+
 def test_keep_must_be_positive(tmp_path):
   with pytest.raises(ValueError, match='max_to_keep=0'):
     checkpoints.Checkpoints(str(tmp_path), max_to_keep=0)

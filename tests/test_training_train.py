@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,12 +10,15 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes  # bfloat16 for safetensors' numpy arrays.
 import numpy as np
 import optax
 import pytest
 from flax import nnx
+from safetensors import numpy as safetensors_numpy
 
 from bpd_jax import evaluation
+from bpd_jax.infra import checkpoints as checkpoints_lib
 from bpd_jax.infra import errors
 from bpd_jax.models import factory
 from bpd_jax.models import Transformer
@@ -24,6 +28,7 @@ from bpd_jax.training import optim
 from bpd_jax.training import step as step_lib
 from bpd_jax.training import train
 
+from train_configs import frozen_base_run
 from train_configs import ROOT
 from train_configs import tiny_config
 
@@ -392,3 +397,126 @@ def test_warm_start_from_a_missing_run(tmp_path):
                                   init_from=str(tmp_path / 'none')))
   with pytest.raises(FileNotFoundError, match='no checkpoint in'):
     train.train(config, str(tmp_path / 'run'), log=quiet)
+
+
+@pytest.fixture(scope='module')
+def frozen_run(tmp_path_factory):
+  """Heads on a frozen imported model (configs/hf_heads.py on a copy of
+  tiny_llama3): (config, model folder, workdir, trained model)."""
+  config, folder, workdir = frozen_base_run(
+      str(tmp_path_factory.mktemp('frozen')))
+  return config, folder, workdir, train.train(config, workdir, log=quiet)[0]
+
+
+def heads_and_optimizer_bytes(workdir: str) -> tuple[int, int]:
+  """(bytes of the newest step's files, of its arrays' values)."""
+  store = checkpoints_lib.Checkpoints(os.path.join(workdir, 'checkpoints'),
+                                      read_only=True)
+  step = store.latest_step()
+  state = store.restore(step, None)
+  store.close()
+  step_dir = os.path.join(workdir, 'checkpoints', str(step))
+  files = sum(os.path.getsize(os.path.join(d, name))
+              for d, _, names in os.walk(step_dir) for name in names)
+  return files, sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(
+      (state['params'], state['opt_state'])))
+
+
+def test_a_frozen_imported_base_is_not_saved_again(frozen_run):
+  config, folder, workdir, model = frozen_run
+  store = checkpoints_lib.Checkpoints(os.path.join(workdir, 'checkpoints'),
+                                      read_only=True)
+  step = store.latest_step()
+  saved, meta = store.restore(step, None), store.meta(step)
+  store.close()
+  # The heads and their optimizer state; the base's folder and fingerprint.
+  assert list(saved['params']) == ['heads']
+  assert meta == {factory.BASE_RECORD: {
+      'folder': folder, 'fingerprint': factory.base_fingerprint(
+          params_of(model))}}
+  files, arrays = heads_and_optimizer_bytes(workdir)
+  assert files <= 1.1 * arrays, (files, arrays)
+  # Every reader rebuilds the base from the folder.
+  restored = factory.restore_model(config, workdir, model.config.vocab_size)
+  assert_params_equal(flat(params_of(restored)), flat(params_of(model)))
+
+
+def test_a_frozen_imported_base_resumes_as_if_uninterrupted(frozen_run,
+                                                            tmp_path):
+  config, _, _, uninterrupted = frozen_run
+  workdir = str(tmp_path / 'run')
+
+  def preempt(line):
+    if line.startswith('step 2/4'):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  with pytest.raises(train.Preempted):
+    train.train(config, workdir, log=preempt)
+  lines = []
+  resumed, _ = train.train(config, workdir, log=lines.append)
+  assert 'Resumed from step 2' in '\n'.join(lines)
+  assert_params_equal(flat(params_of(resumed)),
+                      flat(params_of(uninterrupted)))
+
+
+def _changed(folder: str):
+  """Changes one weight of the model in `folder`; returns its file's bytes
+  as they were."""
+  path = os.path.join(folder, 'model.safetensors')
+  with open(path, 'rb') as f:
+    original = f.read()
+  tensors = safetensors_numpy.load_file(path)
+  name = 'model.layers.0.mlp.down_proj.weight'
+  value = tensors[name].copy()
+  value.flat[0] = value.flat[0] + ml_dtypes.bfloat16(1)
+  tensors[name] = value
+  safetensors_numpy.save_file(tensors, path)
+  return original
+
+
+def test_a_base_folder_whose_weights_changed_is_refused(frozen_run):
+  config, folder, workdir, model = frozen_run
+  original = _changed(folder)
+  try:
+    message = (rf'^the model folder {folder} holds other weights than the '
+               rf'frozen base the heads of checkpoint step 4 in '
+               rf'{workdir}/checkpoints were trained on: fingerprints '
+               rf'[0-9a-f]{{16}} \(the folder now\) vs [0-9a-f]{{16}} '
+               rf'\(recorded\)\. Put its weights back, or train new heads on '
+               rf'it in another workdir\.$')
+    with pytest.raises(factory.BaseChanged, match=message):
+      factory.restore_model(config, workdir, model.config.vocab_size)
+    config.train.head_steps = 5  # A longer run resumes from step 4.
+    with pytest.raises(factory.BaseChanged, match=message):
+      train.train(config, workdir, log=quiet)
+  finally:
+    with open(os.path.join(folder, 'model.safetensors'), 'wb') as f:
+      f.write(original)
+
+
+def test_a_whole_model_checkpoint_still_restores_and_resumes(frozen_run,
+                                                             tmp_path):
+  """A frozen imported base saved whole, as before heads were saved alone:
+  it reads back, and a resumed run saves the heads alone from then on."""
+  config, folder, workdir, model = frozen_run
+  store = checkpoints_lib.Checkpoints(os.path.join(workdir, 'checkpoints'),
+                                      read_only=True)
+  saved = store.restore(store.latest_step(), None)
+  store.close()
+  old = str(tmp_path / 'old')
+  os.makedirs(old)
+  shutil.copy(os.path.join(workdir, 'config.json'), old)
+  whole = checkpoints_lib.Checkpoints(os.path.join(old, 'checkpoints'))
+  whole.save(4, dict(saved, params=jax.tree.map(np.asarray, params_of(model))))
+  whole.close()
+  restored = factory.restore_model(config, old, model.config.vocab_size)
+  assert_params_equal(flat(params_of(restored)), flat(params_of(model)))
+  config.train.head_steps = 5
+  lines = []
+  train.train(config, old, log=lines.append)
+  assert 'Resumed from step 4' in '\n'.join(lines)
+  store = checkpoints_lib.Checkpoints(os.path.join(old, 'checkpoints'),
+                                      read_only=True)
+  assert list(store.restore(5, None)['params']) == ['heads']
+  assert store.meta(5)[factory.BASE_RECORD]['folder'] == folder
+  store.close()

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,3 +59,35 @@ def tiny_config(**sections):
   for section, fields in sections.items():
     config[section].update(fields)
   return config
+
+
+TINY_LLAMA3 = os.path.join(ROOT, 'tests', 'data', 'tiny_llama3')
+CODE = 'def f(x):\n    return x + 1\n\n\nclass A:\n    pass\n'
+
+
+def frozen_base_run(root, steps: int = 4):
+  """(config, model folder, workdir) of configs/hf_heads.py on a copy of
+  tests/data/tiny_llama3 in `root` (a test may change its weights), its
+  frozen base under 4 sequential heads that train `steps` steps on a few
+  code files; the workdir holds the config's record, as the training job
+  writes it at its first start, and nothing else yet."""
+  # Imported here: the config files that import this module (the jobs'
+  # subprocesses) read none of the library's modules.
+  from bpd_jax import config_checks
+  from bpd_jax.infra import workdir as workdir_lib
+  model = os.path.join(root, 'tiny_llama3')
+  if not os.path.isdir(model):
+    shutil.copytree(TINY_LLAMA3, model)
+  code = os.path.join(root, 'code')
+  os.makedirs(code, exist_ok=True)
+  for i in range(8):
+    with open(os.path.join(code, f'm{i}.py'), 'w') as f:
+      f.write(CODE.replace('f(', f'f{i}('))
+  config = load_config('hf_heads', f'model={model},data={code},ext=.py,k=4,'
+                                   f'steps={steps}')
+  config.train.log_every = 1
+  config_checks.check(config)
+  workdir = os.path.join(root, f'run{steps}')
+  workdir_lib.check_config(config, workdir, 'bpd_jax.main', training=True,
+                           log=lambda _: None)
+  return config, model, workdir

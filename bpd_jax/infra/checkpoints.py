@@ -16,11 +16,18 @@ that it can save those step numbers again; nothing is deleted). A step
 without checksums cannot be verified and counts as damaged, unless the
 caller asks to read such steps unverified (`read_unverified`).
 
+A step may also hold a small JSON record beside the state (`save`'s
+`meta`, read back by `meta`): a run whose imported base is frozen saves
+the trained parameters alone, and records there the base's folder and
+fingerprint (`fingerprint`), from which every restore rebuilds the rest.
+
 A save runs in the background; a failed one (disk full, no permission) is
 raised as `errors.SaveError` by the next `check`, `save` or `wait`.
 """
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import sys
@@ -32,7 +39,7 @@ import orbax.checkpoint as ocp
 
 from bpd_jax.infra import errors
 
-_STATE, _CHECKSUMS = 'state', 'checksums'
+_STATE, _CHECKSUMS, _META = 'state', 'checksums', 'meta'
 
 
 class Damaged(errors.CheckpointError):
@@ -69,7 +76,8 @@ class Checkpoints:
     self._manager = ocp.CheckpointManager(
         self.directory, options=options,
         item_handlers={_STATE: ocp.PyTreeCheckpointHandler(),
-                       _CHECKSUMS: ocp.JsonCheckpointHandler()})
+                       _CHECKSUMS: ocp.JsonCheckpointHandler(),
+                       _META: ocp.JsonCheckpointHandler()})
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -77,18 +85,43 @@ class Checkpoints:
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def save(self, step: int, state) -> None:
+  def save(self, step: int, state, meta: dict | None = None) -> None:
     """Starts saving `state` (a pytree of arrays) as `step`; see `wait`.
+
+    Args:
+      step: the step number.
+      state: the arrays.
+      meta: a JSON object saved beside them (`meta`), or None.
 
     Raises:
       errors.SaveError: an earlier save failed.
     """
     self.check()
     sums = checksums(state)  # Before returning: the caller may donate state.
+    items = {_STATE: ocp.args.PyTreeSave(state),
+             _CHECKSUMS: ocp.args.JsonSave(sums)}
+    if meta is not None:
+      items[_META] = ocp.args.JsonSave(meta)
     with _save_errors(self.directory):
-      self._manager.save(step, args=ocp.args.Composite(**{
-          _STATE: ocp.args.PyTreeSave(state),
-          _CHECKSUMS: ocp.args.JsonSave(sums)}), force=True)
+      self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+  def meta(self, step: int) -> dict:
+    """The JSON object saved with `step` ({} where it has none: a step
+    saved without one, or by an older version).
+
+    Raises:
+      Damaged: the step has one that cannot be read.
+    """
+    step_dir = os.path.join(self.directory, str(step))
+    if not os.path.isdir(os.path.join(step_dir, _META)):
+      return {}
+    try:
+      return self._manager.restore(step, args=ocp.args.Composite(**{
+          _META: ocp.args.JsonRestore()}))[_META]
+    except Exception as error:
+      raise Damaged(f'checkpoint step {step} in {self.directory}: its '
+                    f'{_META} record cannot be read '
+                    f'({_reason(error, step_dir)})') from error
 
   def check(self) -> None:
     """Raises errors.SaveError if a save that has finished failed.
@@ -264,6 +297,20 @@ def restore_params_dict(directory: str, log=print,
     errors.MissingFileError: no checkpoint in `directory`.
     errors.CheckpointError: none reads back intact.
   """
+  return restore_latest_params(directory, log, read_unverified)[1]
+
+
+def restore_latest_params(directory: str, log=print,
+                          read_unverified: bool = False
+                          ) -> tuple[int, dict, dict]:
+  """(step, params, meta) of the newest intact checkpoint in `directory`:
+  its `params` as in `restore_params_dict`, and the record saved with it
+  (`Checkpoints.meta`).
+
+  Raises:
+    errors.MissingFileError: no checkpoint in `directory`.
+    errors.CheckpointError: none reads back intact.
+  """
   directory = os.path.abspath(directory)
   if not os.path.isdir(directory):
     raise errors.MissingFileError(f'no checkpoint in {directory}: the '
@@ -272,12 +319,13 @@ def restore_params_dict(directory: str, log=print,
                       read_unverified=read_unverified)
   try:
     step, restored = store.restore_latest(lambda _: None, only='params')
+    meta = store.meta(step) if step is not None else {}
   finally:
     store.close()
   if step is None:
     raise errors.MissingFileError(f'no checkpoint in {directory}.')
   log(f'Restored step {step} from {directory}.')  # Which one a job reads.
-  return restored['params']
+  return step, restored['params'], meta
 
 
 def checksums(tree) -> dict[str, str]:
@@ -301,6 +349,14 @@ def checksums(tree) -> dict[str, str]:
   sums = [jax.device_get(_array_checksum(leaf)) for _, leaf in leaves]
   return {_path_name(path): f'{int(a):08x}{int(b):08x}'
           for (path, _), (a, b) in zip(leaves, sums)}
+
+
+def fingerprint(tree) -> str:
+  """16 hex digits that name the values of a pytree of arrays: sha256 over
+  its `checksums` (so the same on every backend and sharding), e.g. of an
+  imported base, to tell later whether its folder still holds it."""
+  text = json.dumps(checksums(tree), sort_keys=True)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _mix(x):

@@ -9,6 +9,11 @@ another run or an imported checkpoint where train.init_from names one
 (`random_model`). The vocabulary size comes from the task, which
 the caller loads: nothing here reads data.
 
+A run that trains heads on a frozen imported model (`frozen_imported_base`)
+saves the heads alone: its checkpoints record the model's folder and a
+fingerprint of its weights (`base_record`), and every restore rebuilds the
+base from that folder and refuses other weights (`with_recorded_base`).
+
 A model whose parameters a config splits over a mesh (mesh.param_rules)
 may not fit one accelerator: the jobs build or read it in the host's
 memory (`build_place`), then split it over the mesh.
@@ -113,13 +118,26 @@ def random_model(config, vocab_size: int) -> Transformer:
 def restore_model(config, workdir: str, vocab_size: int) -> Transformer:
   """The config's model with the latest checkpoint's parameters in
   WORKDIR/checkpoints (see `params_from_checkpoint` for the errors)."""
-  model = Transformer(model_config_from(config, vocab_size),
-                      rngs=nnx.Rngs(0))
-  graphdef, params = nnx.split(model)
-  params = params_from_checkpoint(
-      params, os.path.join(workdir, 'checkpoints'), heads=True,
-      read_unverified=config.train.read_unverified)
-  return nnx.merge(graphdef, params)
+  return restore(config, workdir, vocab_size)[0]
+
+
+def restore(config, workdir: str, vocab_size: int,
+            base_folder: str | None = None) -> tuple[Transformer, int]:
+  """(model, step): `restore_model`'s model, and the step it restored.
+
+  A frozen imported base is read from the folder its checkpoint records,
+  or, where that is gone, from `base_folder`, else train.init_from
+  (`with_recorded_base`).
+  """
+  model_config = model_config_from(config, vocab_size)
+  graphdef, params = nnx.split(Transformer(model_config, rngs=nnx.Rngs(0)))
+  folders = [folder for folder in (base_folder, config.train.init_from)
+             if folder]
+  params, step = params_from_checkpoint(
+      params, model_config, os.path.join(workdir, 'checkpoints'),
+      heads=True, read_unverified=config.train.read_unverified,
+      base_folders=folders)
+  return nnx.merge(graphdef, params), step
 
 
 # The fields of a model that a run chooses for itself (its heads, their
@@ -160,8 +178,8 @@ def warm_start(params: nnx.State, model_config: TransformerConfig,
   """
   if not imports.is_checkpoint(directory):
     return params_from_checkpoint(
-        params, os.path.join(directory, 'checkpoints'), heads=heads,
-        read_unverified=read_unverified)
+        params, model_config, os.path.join(directory, 'checkpoints'),
+        heads=heads, read_unverified=read_unverified)[0]
   if heads:
     raise errors.ConfigError(
         f'train.init_heads: {directory} is an imported checkpoint, which '
@@ -197,29 +215,44 @@ def warm_started_model(config, vocab_size: int) -> Transformer:
                                         config.train.read_unverified))
 
 
-def params_from_checkpoint(params: nnx.State, directory: str, heads: bool,
-                           read_unverified: bool = False) -> nnx.State:
-  """`params` with values from the latest checkpoint of another run.
+def params_from_checkpoint(params: nnx.State,
+                           model_config: TransformerConfig, directory: str,
+                           heads: bool, read_unverified: bool = False,
+                           base_folders=()) -> tuple[nnx.State, int]:
+  """(`params` with values from the latest checkpoint of a run, its step).
 
   Args:
     params: the parameters to fill (their structure, shapes and dtypes).
+    model_config: their architecture (a frozen imported base is rebuilt
+      with it).
     directory: a checkpoint directory (WORKDIR/checkpoints).
     heads: take the proposal heads too; if False they keep their values
       (a warm start of new heads on a trained base).
     read_unverified: read a step without checksums (`checkpoints.py`).
+    base_folders: where to read a frozen imported base whose recorded
+      folder is gone (`with_recorded_base`).
 
   Raises:
-    errors.MissingFileError: no checkpoint there.
+    errors.MissingFileError: no checkpoint there, or its frozen base's
+      folder is gone.
     errors.CheckpointError: none of its steps reads back intact.
+    BaseChanged: the frozen base's folder holds other weights.
     errors.ConfigError: a parameter is missing there or has another shape.
   """
-  saved = checkpoints_lib.restore_params_dict(
+  step, saved, meta = checkpoints_lib.restore_latest_params(
       directory, read_unverified=read_unverified)
+  record = meta.get(BASE_RECORD)
+  if record is not None:  # The checkpoint holds the heads alone.
+    params = with_recorded_base(params, model_config, record,
+                                f'checkpoint step {step} in {directory}',
+                                base_folders)
 
   def take(path, value):
     keys = [str(getattr(p, 'key', getattr(p, 'name', p))) for p in path]
     if keys[0] == 'heads' and not heads:
       return value
+    if keys[0] != 'heads' and record is not None:
+      return value  # The base, just read from its folder.
     node = saved
     for key in keys:
       node = node.get(key) if isinstance(node, dict) else None
@@ -232,7 +265,99 @@ def params_from_checkpoint(params: nnx.State, directory: str, heads: bool,
                                f'{directory}; the model needs {value.shape}.')
     return jnp.asarray(node, value.dtype)
 
-  return jax.tree_util.tree_map_with_path(take, params)
+  return jax.tree_util.tree_map_with_path(take, params), step
+
+
+# The entry of a checkpoint's meta record (`Checkpoints.meta`) that holds,
+# instead of a frozen imported base's weights, their folder and
+# fingerprint (`base_record`).
+BASE_RECORD = 'frozen_base'
+
+
+class BaseChanged(errors.CheckpointError):
+  """The folder of a run's frozen imported base holds other weights than
+  those its heads were trained on."""
+
+
+def frozen_imported_base(train_config) -> str | None:
+  """The folder of the imported model a run trains heads on without ever
+  changing it, or None.
+
+  That is train.init_from where it names an imported checkpoint (a
+  Hugging Face folder), train.freeze_base is set and no phase trains the
+  base (train.base_steps=0: configs/hf_heads.py). Such a run saves its
+  heads alone (`base_record`). A frozen base trained by the project (a
+  base phase, or another run's checkpoint) is saved whole.
+  """
+  folder = train_config.init_from
+  if (folder and train_config.freeze_base and not train_config.base_steps
+      and imports.is_checkpoint(folder)):
+    return folder
+  return None
+
+
+def base_fingerprint(params: nnx.State) -> str:
+  """The fingerprint (`checkpoints.fingerprint`) of every parameter but
+  the heads'."""
+  return checkpoints_lib.fingerprint(
+      {jax.tree_util.keystr(path): value
+       for path, value in jax.tree_util.tree_leaves_with_path(params)
+       if not _is_head(path)})
+
+
+def base_record(params: nnx.State, folder: str) -> dict:
+  """What a checkpoint of heads on a frozen imported base records of the
+  base instead of its weights: the folder (absolute) and the fingerprint
+  of `params`' base as imported from there."""
+  return dict(folder=os.path.abspath(folder),
+              fingerprint=base_fingerprint(params))
+
+
+def heads_of(params: nnx.State) -> nnx.State:
+  """The proposal heads' part of `params`: what a checkpoint of a frozen
+  imported base holds."""
+  return nnx.split_state(params, nnx.PathContains('heads'), ...)[0]
+
+
+def with_recorded_base(params: nnx.State, model_config: TransformerConfig,
+                       record: dict, where: str,
+                       base_folders=()) -> nnx.State:
+  """`params` with the base a checkpoint recorded (`base_record`) read
+  from its folder; the heads keep their values.
+
+  Args:
+    params: the run's parameters (their structure and dtypes).
+    model_config: the run's architecture.
+    record: the checkpoint's `base_record`.
+    where: the checkpoint, as messages name it.
+    base_folders: folders to read instead where the recorded one is no
+      model folder now (moved): the first that is one. Any folder serves
+      whose weights have the recorded fingerprint.
+
+  Raises:
+    errors.MissingFileError: neither the recorded folder nor one of
+      `base_folders` is a model folder.
+    BaseChanged: the folder's weights are not those recorded.
+    errors.ConfigError, errors.DataError: as `warm_start`.
+  """
+  recorded = record['folder']
+  folder = next((f for f in (recorded, *base_folders)
+                 if imports.is_checkpoint(f)), None)
+  if folder is None:
+    raise errors.MissingFileError(
+        f'{where} holds proposal heads on the frozen model of {recorded}, '
+        f'which is no model folder now (moved or deleted): put the folder '
+        f'back there, or give its new place (bpd_jax.load_run\'s '
+        f'base_folder, or train.init_from).')
+  params = warm_start(params, model_config, folder)
+  found = base_fingerprint(params)
+  if found != record['fingerprint']:
+    raise BaseChanged(
+        f'the model folder {folder} holds other weights than the frozen '
+        f'base the heads of {where} were trained on: fingerprints {found} '
+        f'(the folder now) vs {record["fingerprint"]} (recorded). Put its '
+        f'weights back, or train new heads on it in another workdir.')
+  return params
 
 
 def _is_head(path) -> bool:

@@ -4,7 +4,10 @@
 over a device mesh. Everything a step needs is a function of (seed, step):
 the batch (see tasks/batching.py), dropout and the random head. A
 checkpoint holds the step, parameters and optimizer state, so a resumed run
-repeats the uninterrupted one exactly. SIGTERM (preemption) saves before
+repeats the uninterrupted one exactly; heads trained on a frozen imported
+model save only themselves and their optimizer state, with the model's
+folder and fingerprint, and a resume reads the base from that folder
+(`factory.frozen_imported_base`). SIGTERM (preemption) saves before
 exiting; a non-finite loss, or a non-finite parameter or optimizer state
 about to be saved (the last update's, which no loss has seen yet), stops
 the run without saving: no checkpoint holds a NaN.
@@ -153,11 +156,11 @@ def train(config, workdir: str, log=print, evaluate=None):
     states = step_lib.TrainStates(
         phases, train_config, params,
         _param_shardings(config, params, mesh), mesh)
-    state = _restore_or_start(config, workdir, checkpoints, states, params,
-                              model_config, log)
+    state, base = _restore_or_start(config, workdir, checkpoints, states,
+                                    params, model_config, log)
   run = _Run(config, workdir, states, graphdef, data,
              sharding.batch_sharding(mesh, config.mesh.data_axis),
-             checkpoints, task, evaluate, log)
+             checkpoints, task, evaluate, log, base)
   state, step, preempted = _run_phases(run, state)
   if preempted:
     raise Preempted(f'preempted: saved step {step} in '
@@ -179,24 +182,59 @@ def _param_shardings(config, params, mesh):
 
 def _restore_or_start(config, workdir, checkpoints, states, params,
                       model_config, log):
-  """The state to go on from: the newest step that reads back intact (a
-  damaged one is reported, and moved aside: the run will save that step
-  number again), else the first phase's start, from train.init_from's base
-  where set."""
+  """(state, base): the state to go on from, and the `factory.base_record`
+  its saves carry (None: they hold the whole model).
+
+  The state is the newest step that reads back intact (a damaged one is
+  reported, and moved aside: the run will save that step number again),
+  its frozen imported base read from the folder it records; else the
+  first phase's start, from train.init_from's base where set.
+  """
   train_config = config.train
+
+  def abstract_for(step):
+    abstract = states.abstract_at(step)
+    if factory.BASE_RECORD in checkpoints.meta(step):  # The heads alone.
+      abstract = dict(abstract, params=factory.heads_of(abstract['params']))
+    return abstract
+
   latest, state = checkpoints.restore_latest(
-      states.abstract_at,
-      set_aside=os.path.join(workdir, 'damaged_checkpoints'))
+      abstract_for, set_aside=os.path.join(workdir, 'damaged_checkpoints'))
   if latest is not None:
     log(f'Resumed from step {latest} in {checkpoints.directory}.')
-    return state
+    base = checkpoints.meta(latest).get(factory.BASE_RECORD)
+    if base is not None:
+      state = _with_base(state, params, model_config, base, latest, states,
+                         checkpoints, train_config)
+    elif factory.frozen_imported_base(train_config):
+      # A checkpoint saved whole by an older version: later saves hold
+      # the heads, with the base it restored.
+      base = factory.base_record(state['params'], train_config.init_from)
+    return state, base
+  base = None
   if train_config.init_from:
     init_heads = train_config.init_heads
     params = factory.warm_start(params, model_config, train_config.init_from,
                                 train_config.read_unverified, heads=init_heads)
     log(f'Warm start of the base{" and its heads" if init_heads else ""} '
         f'from {train_config.init_from}.')
-  return states.start(params, states.phases[0])
+    if factory.frozen_imported_base(train_config):
+      base = factory.base_record(params, train_config.init_from)
+  return states.start(params, states.phases[0]), base
+
+
+def _with_base(state, params, model_config, base, step, states, checkpoints,
+               train_config):
+  """A restored state of the heads alone, with the frozen base its
+  checkpoint records (`factory.with_recorded_base`), laid out over the
+  mesh."""
+  where = f'checkpoint step {step} in {checkpoints.directory}'
+  params = factory.with_recorded_base(params, model_config, base, where,
+                                      [train_config.init_from])
+  base_params = nnx.split_state(params, phases_lib.HEADS, ...)[1]
+  state = dict(state, params=nnx.merge_state(state['params'], base_params))
+  shardings = states.shardings(phases_lib.phase_at(states.phases, step))[0]
+  return jax.device_put(state, shardings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +250,9 @@ class _Run:
   task: object
   evaluate: object
   log: object
+  # A frozen imported base's `factory.base_record`: the saves hold the
+  # heads alone. None: the whole model.
+  base: dict | None = None
 
 
 def _run_phases(run: _Run, state) -> tuple[dict, int, bool]:
@@ -240,7 +281,8 @@ def _run_phases(run: _Run, state) -> tuple[dict, int, bool]:
         # the boundary checkpoint holds that state, so that a restore of
         # step `step` finds the optimizer state of the phase it resumes.
         state = states.start(state['params'], following)
-      _save(checkpoints, step, state)  # A phase's end, or a preemption.
+      # A phase's end, or a preemption.
+      _save(checkpoints, step, state, run.base)
       if preemption.requested:
         break
     checkpoints.close()  # Waits: a failed last save is raised here.
@@ -289,7 +331,7 @@ def _run_phase(run: _Run, phase, state, step_fn, preemption, writer):
       run.log(_progress_line(summary, step, phase.end))
       sums, window_start, window_steps = None, time.perf_counter(), 0
     if save:
-      _save(checkpoints, step, state)
+      _save(checkpoints, step, state, run.base)
     checkpoints.check()  # A background save that failed stops the run now.
     if (run.evaluate is not None and config.eval.every
         and step % config.eval.every == 0 and not preemption.requested):
@@ -301,8 +343,10 @@ def _run_phase(run: _Run, phase, state, step_fn, preemption, writer):
   return state, step
 
 
-def _save(checkpoints, step: int, state) -> None:
-  """Saves `state` as step `step` unless a float in it is NaN or infinite.
+def _save(checkpoints, step: int, state, base: dict | None = None) -> None:
+  """Saves `state` as step `step` unless a float in it is NaN or infinite;
+  with a frozen imported base's record (`base`), the heads' parameters
+  alone, and the record.
 
   The loss is checked before a save too, but it is computed before the
   step's update: an update that overflows float32 would be saved unseen
@@ -311,11 +355,16 @@ def _save(checkpoints, step: int, state) -> None:
   Raises:
     Diverged: naming the step and the last good checkpoint.
   """
+  if base is not None:
+    state = dict(state, params=factory.heads_of(state['params']))
   if not bool(_all_finite(state)):
     raise Diverged(f'a parameter or optimizer state is NaN or infinite '
                    f'after step {step}; stopped without saving. '
                    f'{_last_good(checkpoints)}')
-  checkpoints.save(step, state)
+  if base is None:
+    checkpoints.save(step, state)
+  else:
+    checkpoints.save(step, state, meta={factory.BASE_RECORD: base})
 
 
 @jax.jit
