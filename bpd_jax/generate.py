@@ -120,7 +120,7 @@ class Decoder:
 
   def decode(self, inputs, options: decoding.DecodeOptions,
              *, rescorer=None, iterations=None,
-             key: int | jax.Array = 0) -> decoding.DecodeResult:
+             key: int | jax.Array = 0, ngram=None) -> decoding.DecodeResult:
     """Decodes a batch as `options` say: the one path of every decode.
 
     Args:
@@ -137,24 +137,27 @@ class Decoder:
         seed or a `jax.random.key`, split into one key per example, or
         [batch] keys (an example samples as it would alone with its key).
         Unused without sampling.
+      ngram: the n-gram model (`rescorers.ngram.NgramModel`) of an 'ngram'
+        drafter (`options.lookup`); None otherwise.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics;
       block_sizes has k + 1 columns.
     """
     arguments, named = self._arguments(inputs, options, rescorer,
-                                       iterations, key)
+                                       iterations, key, ngram)
     return self._decode(*arguments, **named)
 
   def lower(self, inputs, options: decoding.DecodeOptions, *,
-            rescorer=None, key: int | jax.Array = 0):
+            rescorer=None, key: int | jax.Array = 0, ngram=None):
     """The decode's program lowered for these inputs (`jax.stages.Lowered`):
     what `decode` runs with the same arguments, for XLA's cost and memory
     analyses."""
-    arguments, named = self._arguments(inputs, options, rescorer, None, key)
+    arguments, named = self._arguments(inputs, options, rescorer, None, key,
+                                       ngram)
     return self._decode.lower(*arguments, **named)
 
-  def _arguments(self, inputs, options, rescorer, iterations, key):
+  def _arguments(self, inputs, options, rescorer, iterations, key, ngram):
     """(positional, named) arguments of the compiled program for a decode:
     the one list `decode` runs and `lower` lowers (an argument passed one
     way here and another there would compile a second program)."""
@@ -177,7 +180,26 @@ class Decoder:
     return ((self._weights, layout, inputs),
             dict(options=options.static(), rescorer_structure=structure,
                  rescorer=bound, iterations=_iteration_count(iterations),
-                 sampler=sampler, keys=keys, placement=self._placement))
+                 sampler=sampler, keys=keys, placement=self._placement,
+                 ngram=self._ngram(options, ngram)))
+
+  def _ngram(self, options, ngram):
+    """The n-gram model an 'ngram' drafter reads, checked; else None."""
+    wanted = options.lookup is not None and options.lookup.source == 'ngram'
+    if not wanted:
+      if ngram is not None:
+        raise ValueError("an n-gram model was given without drafter "
+                         "'ngram'.")
+      return None
+    if not isinstance(ngram, rescorers.ngram.NgramModel):
+      raise ValueError(f"drafter 'ngram' needs an n-gram model "
+                       f'(rescorers.ngram.NgramModel, e.g. the drafts '
+                       f'job\'s ngram.npz); got {type(ngram).__name__}.')
+    if ngram.vocab_size != self.config.vocab_size:
+      raise ValueError(f'the n-gram model has a vocabulary of '
+                       f'{ngram.vocab_size}, the decoded model '
+                       f'{self.config.vocab_size}.')
+    return ngram
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
@@ -227,8 +249,8 @@ class Decoder:
                 rescorer=None, sampler: decoding.Sampler | None = None,
                 key: int | jax.Array = 0,
                 tree: decoding.Tree | None = None,
-                drafter: 'str | decoding.Lookup' = 'heads'
-                ) -> decoding.DecodeResult:
+                drafter: 'str | decoding.Lookup' = 'heads',
+                ngram=None) -> decoding.DecodeResult:
     """Blockwise parallel decoding: `decode` with the
     `decoding.DecodeOptions` these keywords make.
 
@@ -256,9 +278,11 @@ class Decoder:
         drafter that needs no training (`decoding.Lookup`, or its spec):
         'lookup' (prompt lookup: what followed the last n tokens' latest
         earlier occurrence in the prompt and output), 'ngram' (an n-gram
-        model's greedy continuation; pass the model as `ngram=` to
-        `decode`), with options such as 'lookup:max=4,min=2' and
-        heads='fallback' or 'tree' to draft beside the heads.
+        model's greedy continuation), with options such as
+        'lookup:max=4,min=2', and heads='fallback' or 'tree' to draft
+        beside the heads.
+      ngram: the n-gram model of drafter 'ngram'
+        (`rescorers.ngram.NgramModel`).
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
@@ -271,7 +295,8 @@ class Decoder:
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement, sampler=sampler, tree=tree,
-        lookup=decoding.lookup.parse(drafter)), rescorer=rescorer, key=key)
+        lookup=decoding.lookup.parse(drafter)), rescorer=rescorer, key=key,
+                       ngram=ngram)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -338,14 +363,14 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
               key: int | jax.Array = 0,
               tree: decoding.Tree | None = None,
               draft_vocab=None,
-              drafter: 'str | decoding.Lookup' = 'heads'
-              ) -> decoding.DecodeResult:
+              drafter: 'str | decoding.Lookup' = 'heads',
+              ngram=None) -> decoding.DecodeResult:
   """Blockwise decoding; see `Decoder.blockwise` for the arguments.
 
   Args:
     model: the Transformer; it must have at least k proposal heads.
     inputs, k, max_len, criterion, min_block, refinement, rescorer,
-      sampler, key, tree, drafter: as `Decoder.blockwise`.
+      sampler, key, tree, drafter, ngram: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
     draft_vocab: the ids proposals are chosen from (see `Decoder`).
@@ -355,7 +380,7 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, refinement=refinement,
       rescorer=rescorer, sampler=sampler, key=key, tree=tree,
-      drafter=drafter)
+      drafter=drafter, ngram=ngram)
 
 
 def sample(model: Transformer, inputs, *, max_len: int,
@@ -504,13 +529,14 @@ def _hashable_rules(rules):
 
 def _decode_body(model: Transformer, weights, inputs,
                  options: decoding.DecodeOptions, rescore, iterations,
-                 sampler=None, keys=None, placement=None):
+                 sampler=None, keys=None, placement=None, ngram=None):
   """The whole decode of a batch: encoder, prompt pass, decoding loop.
 
   `weights` are the model's `decoding_weights(options.k)`; `rescore`
   the refinement's rescoring function (None without one); `sampler` and
   `keys` [batch] those of a sampled decode (options.sampling);
-  `placement` the mesh's (None: no mesh).
+  `placement` the mesh's (None: no mesh); `ngram` the n-gram model of
+  an 'ngram' drafter (None: none).
   """
   config = model.config
   batch = inputs.shape[0]
@@ -536,7 +562,10 @@ def _decode_body(model: Transformer, weights, inputs,
                                           weights=weights),
       extend_tree=model.extend_tree, commit=model.commit, **proposals)
   ids = dict(end_ids=(config.eos_id, *config.stop_ids),
-             pad_id=config.pad_id, iterations=iterations)
+             pad_id=config.pad_id, iterations=iterations,
+             ngram=None if ngram is None else decoding.lookup.NgramDrafter(
+                 functools.partial(rescorers.ngram.next_token, ngram),
+                 ngram.order - 1, config.bos_id))
   if options.sampling:
     return decoding.sampling.blockwise_sample_decode(
         fns, cache, prompt, prompt_lengths, options, sampler, keys, **ids)
@@ -565,13 +594,13 @@ def _structure_decoder(graphdef, treedef):
   """
   def decode(weights, layout, inputs, options, rescorer_structure=None,
              rescorer=None, iterations=None, sampler=None, keys=None,
-             placement=None):
+             placement=None, ngram=None):
     model = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef,
                                                              weights))
     rescore = rescorers.function(options.refinement, rescorer_structure,
                                  rescorer)
     return _decode_body(model, layout, inputs, options, rescore, iterations,
-                        sampler, keys, placement)
+                        sampler, keys, placement, ngram)
   return jax.jit(decode, static_argnames=('options', 'rescorer_structure',
                                           'placement'))
 

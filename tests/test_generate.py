@@ -25,6 +25,7 @@ from bpd_jax.decoding import (DecodeOptions, Distance, Exact, Refinement,
                               TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
+from bpd_jax.rescorers import ngram
 
 import llama_like
 import repeating_drafters
@@ -208,7 +209,21 @@ test_exact_tree_decoding_equals_greedy_on_many_models = pytest.mark.slow(
 
 # Drafters that need no training, alone (any k) and beside the heads.
 LOOKUPS = ['lookup', 'lookup:min=1', 'lookup:max=4,min=1,heads=fallback',
-           'lookup:min=1,heads=tree', 'lookup:max=2,heads=tree']
+           'lookup:min=1,heads=tree', 'lookup:max=2,heads=tree', 'ngram',
+           'ngram:min=1,heads=fallback', 'ngram:heads=tree']
+
+
+def ngram_of(model, seed, order, reference=None):
+  """An n-gram model of random sentences, and of the greedy outputs of
+  the first examples if given (so that its drafts are accepted there)."""
+  rng = np.random.default_rng(seed)
+  corpus = [list(rng.integers(0, VOCAB, 8)) for _ in range(20)]
+  if reference is not None:
+    tokens, lengths = np.asarray(reference.tokens), np.asarray(
+        reference.lengths)
+    corpus += [list(row[:n]) for row, n in zip(tokens[:2], lengths[:2])]
+  return ngram.build(corpus, order=order, vocab_size=VOCAB,
+                     bos_id=model.config.bos_id, eos_id=model.config.eos_id)
 
 
 def exact_lookup_decoding_equals_greedy(max_examples):
@@ -226,9 +241,10 @@ def exact_lookup_decoding_equals_greedy(max_examples):
       head_layer=st.sampled_from(DRAFTERS),
       head_scale=st.sampled_from([0.0, 0.3, 1.0]),
       architecture=st.sampled_from(sorted(llama_like.ARCHITECTURES)),
-      criterion=st.sampled_from([Exact(), TopK(1)]))
+      criterion=st.sampled_from([Exact(), TopK(1)]),
+      order=st.integers(1, 4))
   def check(seed, k, drafter, batch, encoder_layers, head_layer, head_scale,
-            architecture, criterion):
+            architecture, criterion, order):
     if 'heads=' in drafter:  # The heads draft too: k is theirs.
       k = min(k, MAX_HEADS)
     with jax.enable_x64(True):
@@ -236,8 +252,11 @@ def exact_lookup_decoding_equals_greedy(max_examples):
                            head_scale=head_scale, architecture=architecture)
       inputs = random_inputs(seed, batch, length=10)
       reference = generate.greedy(model, inputs, max_len=24)
+      lm = (ngram_of(model, seed, order, reference)
+            if drafter.startswith('ngram') else None)
       result = generate.blockwise(model, inputs, k=k, max_len=24,
-                                  drafter=drafter, criterion=criterion)
+                                  drafter=drafter, criterion=criterion,
+                                  ngram=lm)
       assert_same_or_near_tie(model, inputs, reference, result)
       assert (result.model_calls <= reference.model_calls).all()
       np.testing.assert_array_equal(
@@ -269,6 +288,25 @@ def test_lookup_drafts_on_repeating_output_and_past_the_heads():
       alone = decoder.blockwise(inputs[i:i + 1], k=MAX_HEADS + 4, max_len=30,
                                 drafter='lookup:min=1')
       np.testing.assert_array_equal(alone.tokens[0], result.tokens[i])
+
+
+def test_ngram_drafts_the_continuations_it_was_built_from():
+  with jax.enable_x64(True):
+    model = random_model(5, 0, 'joint', architecture='llama')
+    inputs = random_inputs(5, 3)
+    reference = generate.greedy(model, inputs, max_len=20)
+    lm = ngram_of(model, 0, 4, reference)
+    result = generate.blockwise(model, inputs, k=6, max_len=20,
+                                drafter='ngram:min=3', ngram=lm)
+    assert_same_or_near_tie(model, inputs, reference, result)
+    # The two examples it has seen: more than two tokens a call.
+    calls = np.asarray(result.model_calls)
+    assert (2 * calls[:2] < np.asarray(reference.lengths)[:2]).all()
+    with pytest.raises(ValueError, match="drafter 'ngram' needs an n-gram "
+                       'model'):
+      generate.blockwise(model, inputs, k=3, max_len=20, drafter='ngram')
+    with pytest.raises(ValueError, match="without drafter 'ngram'"):
+      generate.blockwise(model, inputs, k=3, max_len=20, ngram=lm)
 
 
 @pytest.mark.parametrize('k', [2, 5, 8])

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bpd_jax.decoding import DecodeOptions, Exact, Refinement, TopK
+from bpd_jax.decoding import (DecodeOptions, Exact, Lookup, Refinement,
+                              Sampler, TopK, Tree)
 
 
 def test_parse_specs():
@@ -53,6 +54,22 @@ def test_bad_specs(spec, message):
     (dict(max_len=4, min_block=True), r'min_block=True must be an integer'),
     (dict(max_len=4, k=2, min_block=True), 'min_block=True must be an '
      'integer'),
+    # Drafters that need no training.
+    (dict(max_len=4, k=1, lookup=Lookup()), r"k=1: drafter 'lookup' "
+     r'proposes k - 1 tokens a call; k must be an integer >= 2'),
+    (dict(max_len=4, k=6, lookup=Lookup(heads='fallback')),
+     r"k=6 with the heads drafting \(drafter 'lookup:heads=fallback'\) "
+     r'must be at most 4'),
+    (dict(max_len=4, k=3, lookup=Lookup(), min_block=2),
+     "min_block=2: drafter 'lookup' may propose nothing"),
+    (dict(max_len=4, k=3, lookup=Lookup(), tree=Tree.from_widths((2,), 2)),
+     "drafter 'lookup' takes no tree and no refinement"),
+    (dict(max_len=4, k=3, lookup=Lookup(heads='tree'),
+          sampler=Sampler(1.0)), 'a tree takes no sampling'),
+    (dict(max_len=4, k=3, lookup='lookup'), "lookup='lookup' is not a "
+     'decoding.Lookup'),
+    (dict(max_len=4, k=3, lookup=Lookup(min_ngram=0)),
+     'lookup min=0 must be an integer >= 1'),
 ])
 def test_bad_options_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -89,6 +106,17 @@ def test_from_specs():
       refinement=Refinement(top_t=2, rescorer='ngram'))
   assert DecodeOptions.from_specs(max_len=9).criterion == Exact()
   options.check(num_heads=3, vocab_size=50)
+
+
+def test_drafters_needing_no_training_from_specs():
+  options = DecodeOptions.from_specs(max_len=9, k=12, drafter='lookup:min=1')
+  assert options.lookup == Lookup(min_ngram=1)
+  assert options.proposer == 'lookup' and options.scored == 12
+  options.check(num_heads=3, vocab_size=50)  # k is not the heads'.
+  tree = DecodeOptions.from_specs(max_len=9, k=3, drafter='ngram:heads=tree')
+  assert tree.proposer == 'lookup_tree' and tree.scored == 5
+  assert DecodeOptions.from_specs(max_len=9, k=3,
+                                  drafter='heads').lookup is None
 
 
 def test_greedy_is_k1_and_positions():

@@ -88,6 +88,27 @@ def test_a_frequent_continuation_is_likelier():
   assert log_p[0] > log_p[2] and log_p[1] > log_p[2]
 
 
+@pytest.mark.parametrize('order', [1, 2, 3, 4])
+def test_the_greedy_continuation_is_the_argmax_of_every_context(order):
+  model = ngram.build(CORPUS + [[3, 3, 8, 8, 8, 4]], order=order,
+                      vocab_size=VOCAB, bos_id=BOS, eos_id=EOS)
+  contexts, words = all_queries(order)
+  log_p = np.asarray(ngram.log_prob(model, jnp.asarray(contexts),
+                                    jnp.asarray(words)))
+  token, found = ngram.next_token(model, jnp.asarray(contexts[:, 0]))
+  token = np.asarray(token)
+  chosen = log_p[np.arange(len(token)), token]
+  # The argmax, or a tie with it (float32 log probabilities).
+  np.testing.assert_allclose(chosen, log_p.max(axis=1), rtol=0, atol=1e-6)
+  assert (token == log_p.argmax(axis=1)).mean() > 0.95
+  # The longest context suffix seen: all of "4 5", "5" of "0 5", nothing
+  # of "0 0".
+  seen = dict(zip(map(tuple, contexts[:, 0].tolist()),
+                  np.asarray(found).tolist()))
+  if order == 3:
+    assert seen[(4, 5)] == 2 and seen[(0, 5)] == 1 and seen[(0, 0)] == 0
+
+
 def test_32k_vocabulary_jitted_and_saved(tmp_path):
   vocab = 32_000
   rng = np.random.default_rng(0)
@@ -104,6 +125,14 @@ def test_32k_vocabulary_jitted_and_saved(tmp_path):
   model.save(tmp_path / 'lm.npz')
   loaded = ngram.NgramModel.load(tmp_path / 'lm.npz')
   np.testing.assert_array_equal(ngram.log_prob(loaded, context, words), log_p)
+  # A file written before the greedy table gets it computed.
+  with np.load(tmp_path / 'lm.npz') as data:
+    np.savez(tmp_path / 'old.npz', **{
+        name: data[name] for name in data.files
+        if not name.startswith('context_best')})
+  old = ngram.NgramModel.load(tmp_path / 'old.npz')
+  np.testing.assert_array_equal(old.context_best_word,
+                                model.context_best_word)
 
 
 def test_bad_inputs_are_named():

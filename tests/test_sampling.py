@@ -438,3 +438,42 @@ def test_numpy_integer_seeds_are_seeds():
   np.testing.assert_array_equal(
       jax.random.key_data(sampling.example_keys(np.int64(5), 2)),
       jax.random.key_data(sampling.example_keys(5, 2)))
+
+
+@pytest.mark.parametrize('drafter', [
+    'lookup:min=1',
+    pytest.param('lookup:min=1,heads=fallback', marks=pytest.mark.slow)])
+def test_lookup_proposals_have_the_base_models_distribution(drafter):
+  """Prompt lookup's proposals are fixed by the output so far: point
+  masses, accepted with probability p(x); a slot with nothing proposed is
+  no rejection (the token there is drawn from p itself)."""
+  model = tiny_model('independent')
+  source = np.repeat(model_inputs(model), SAMPLES, axis=0)
+  for index, sampler in enumerate(SAMPLERS):
+    result = generate.blockwise(model, source, k=3, max_len=MAX_LEN,
+                                sampler=sampler, key=20 + index,
+                                drafter=drafter)
+    p_value = chi_square_p_value(outcomes(result),
+                                 exact_distribution(model, sampler))
+    assert p_value > ALPHA, (sampler, p_value)
+    assert float(result.mean_block_size) > 1.05, sampler
+
+
+def test_lookup_proposals_taken_for_draws_from_a_flat_q_fail_the_test(
+    monkeypatch):
+  # The point mass forgotten: a proposal accepted with p(x) * vocab.
+  flat = lambda tokens, vocab_size: jnp.full(tokens.shape + (vocab_size,),
+                                             -np.log(vocab_size))
+  model = tiny_model('independent')
+  sampler = SAMPLERS[0]
+  exact = exact_distribution(model, sampler)
+  jax.clear_caches()  # Compiled decodes hold the real rule.
+  monkeypatch.setattr(sampling, 'point_mass', flat)
+  try:
+    result = generate.blockwise(
+        model, np.repeat(model_inputs(model), SAMPLES, axis=0), k=3,
+        max_len=MAX_LEN, sampler=sampler, drafter='lookup:min=1')
+    assert chi_square_p_value(outcomes(result), exact) < 1e-10
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()

@@ -55,6 +55,10 @@ class NgramModel:
     entry_word: [E] int32, its last word. (context, word) pairs are sorted.
     entry_log_prob: [E] float32, log P(word | context).
     unigram_log_prob: [vocab] float32, log P(word).
+    context_best_word: [C + 1] int32, the most probable next word after
+      each context node (`greedy_table`): the model's greedy
+      continuation, what the 'ngram' drafter proposes.
+    context_best_log_prob: [C + 1] float32, its log probability.
   """
   order: int = dataclasses.field(metadata=dict(static=True))
   context_parent: jax.Array
@@ -64,6 +68,8 @@ class NgramModel:
   entry_word: jax.Array
   entry_log_prob: jax.Array
   unigram_log_prob: jax.Array
+  context_best_word: jax.Array
+  context_best_log_prob: jax.Array
 
   @property
   def vocab_size(self) -> int:
@@ -78,10 +84,17 @@ class NgramModel:
 
   @classmethod
   def load(cls, path: str) -> 'NgramModel':
+    """The model `save` wrote (a file written before the greedy table
+    existed gets it computed)."""
     with np.load(path) as data:
-      return cls(order=int(data['order']), **{
-          f.name: jnp.asarray(data[f.name])
-          for f in dataclasses.fields(cls) if f.name != 'order'})
+      arrays = {name: data[name] for name in data.files if name != 'order'}
+      order = int(data['order'])
+    if 'context_best_word' not in arrays:
+      arrays.update(zip(('context_best_word', 'context_best_log_prob'),
+                        greedy_table(**arrays)))
+    return cls(order=order, **{
+        f.name: jnp.asarray(arrays[f.name])
+        for f in dataclasses.fields(cls) if f.name != 'order'})
 
   def nbytes(self) -> int:
     return sum(int(np.asarray(x).nbytes) for x in jax.tree.leaves(self))
@@ -209,17 +222,97 @@ def _device_model(model: _KneserNey) -> NgramModel:
   entries = sorted(
       (node[gram[:-1]], gram[-1], gram) for n in range(2, model.order + 1)
       for gram in model.adjusted[n])
-  return NgramModel(
-      order=model.order,
-      context_parent=jnp.asarray(np.array(parents, np.int32)),
-      context_word=jnp.asarray(np.array(words, np.int32)),
-      context_log_backoff=jnp.asarray(np.array(log_backoffs, np.float32)),
-      entry_context=jnp.asarray(np.array([e[0] for e in entries], np.int32)),
-      entry_word=jnp.asarray(np.array([e[1] for e in entries], np.int32)),
-      entry_log_prob=jnp.asarray(np.log(np.array(
+  arrays = dict(
+      context_parent=np.array(parents, np.int32),
+      context_word=np.array(words, np.int32),
+      context_log_backoff=np.array(log_backoffs, np.float32),
+      entry_context=np.array([e[0] for e in entries], np.int32),
+      entry_word=np.array([e[1] for e in entries], np.int32),
+      entry_log_prob=np.log(np.array(
           [model.prob(g[:-1], g[-1]) for _, _, g in entries],
-          np.float64)).astype(np.float32)),
-      unigram_log_prob=jnp.asarray(np.log(model.unigram).astype(np.float32)))
+          np.float64)).astype(np.float32),
+      unigram_log_prob=np.log(model.unigram).astype(np.float32))
+  best_word, best_log_prob = greedy_table(**arrays)
+  return NgramModel(order=model.order, context_best_word=best_word,
+                    context_best_log_prob=best_log_prob,
+                    **{name: jnp.asarray(a) for name, a in arrays.items()})
+
+
+def greedy_table(*, context_parent, context_log_backoff, entry_context,
+                 entry_word, entry_log_prob, unigram_log_prob, **_
+                 ) -> tuple[jax.Array, jax.Array]:
+  """(best word [C + 1], its log probability [C + 1]): the argmax of
+  P(. | h) for every context node h, exactly, in one pass over the nodes
+  from short contexts to long.
+
+  Why one candidate from below suffices: P(w | h) is the stored value for
+  a word seen after h, and gamma(h) P(w | h') for any other. A seen
+  word's stored value is at least its back-off value (the interpolated
+  form adds a non-negative discounted count to it). So if h' 's best
+  word b is unseen after h, the best unseen word is b, at gamma(h)
+  P(b | h'); if b is seen after h, its stored value already beats every
+  unseen word. The best of h is then the best seen word or b.
+  """
+  parent = np.concatenate([[0], np.asarray(context_parent)])
+  log_backoff = np.asarray(context_log_backoff, np.float64)
+  contexts = np.asarray(entry_context, np.int64)
+  words = np.asarray(entry_word, np.int64)
+  log_probs = np.asarray(entry_log_prob, np.float64)
+  unigram = np.asarray(unigram_log_prob, np.float64)
+  nodes = len(parent)
+  # The best seen word of each node (entries sorted by context, then by
+  # descending probability: a node's first entry).
+  seen_word = np.full(nodes, -1, np.int64)
+  seen_log_prob = np.full(nodes, -np.inf)
+  by_probability = np.lexsort((-log_probs, contexts))
+  first = by_probability[np.unique(contexts[by_probability],
+                                   return_index=True)[1]]
+  seen_word[contexts[first]] = words[first]
+  seen_log_prob[contexts[first]] = log_probs[first]
+  keys = contexts * len(unigram) + words  # Sorted: (context, word) pairs.
+  best_word = np.zeros(nodes, np.int64)
+  best_log_prob = np.zeros(nodes)
+  best_word[0], best_log_prob[0] = np.argmax(unigram), np.max(unigram)
+  depth = np.zeros(nodes, np.int64)
+  for node in range(1, nodes):  # Parents first: ids grow with length.
+    depth[node] = depth[parent[node]] + 1
+  for level in range(1, int(depth.max(initial=0)) + 1):
+    at = np.flatnonzero(depth == level)
+    below_word = best_word[parent[at]]
+    below_log_prob = best_log_prob[parent[at]] + log_backoff[at]
+    key = at * len(unigram) + below_word
+    index = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
+    seen_below = (keys[index] == key) if len(keys) else np.zeros(
+        len(at), bool)
+    take_below = ~seen_below & (below_log_prob > seen_log_prob[at])
+    best_word[at] = np.where(take_below, below_word, seen_word[at])
+    best_log_prob[at] = np.where(take_below, below_log_prob,
+                                 seen_log_prob[at])
+  return (jnp.asarray(best_word.astype(np.int32)),
+          jnp.asarray(best_log_prob.astype(np.float32)))
+
+
+def next_token(model: NgramModel, context: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
+  """The greedy continuation's next token on device: (argmax of P(. |
+  context) [...], the length of the longest suffix of the context the
+  model has seen [...]).
+
+  Args:
+    model: the NgramModel.
+    context: [..., order - 1] int the preceding tokens, oldest first.
+  """
+  n = model.order
+  found_context = jnp.ones(context.shape[:-1], bool)
+  node = jnp.zeros(context.shape[:-1], jnp.int32)
+  found = jnp.zeros(context.shape[:-1], jnp.int32)
+  for length in range(1, n):  # As `log_prob`: the suffix trie, walked.
+    index, hit = _search(model.context_parent, model.context_word, node,
+                         context[..., n - 1 - length])
+    found_context = found_context & hit
+    node = jnp.where(found_context, index + 1, node)
+    found = found + found_context
+  return model.context_best_word[node], found
 
 
 def _discount(adjusted: collections.Counter) -> float:
