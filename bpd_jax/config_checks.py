@@ -4,6 +4,7 @@ Every problem is reported with the field's full name, its value and what it
 must be, so a typo in a sweep fails in a second rather than after training.
 """
 
+import os
 import re
 
 import numpy as np
@@ -92,6 +93,7 @@ def check(config) -> None:
   _check_ks(ev)
   _check_decoders(ev, model)
   _check_samplers(config)
+  _check_drafters(config)
   _check_mesh(config.mesh)
   _check_param_rules(config.mesh, ev)
 
@@ -287,6 +289,34 @@ def _check_buckets(config) -> None:
     raise ValueError(f'train.bucket_lengths ends at {lengths[-1]}, below the '
                      f'task\'s longest pair ({longest} tokens): those pairs '
                      f'would be dropped; add a bucket of {longest}.')
+
+
+def _check_drafters(config) -> None:
+  """eval.drafters: each a valid spec, checked at every k; 'ngram' ones
+  need eval.ngram_path, a file; none on image tasks."""
+  ev, model = config.eval, config.model
+  if ev.drafters and tasks.get(config.task.name).kind not in ('text', 'lm'):
+    raise ValueError(f'eval.drafters={tuple(ev.drafters)}: drafters needing '
+                     f'no training are reported for text and '
+                     f'language-model tasks; task.name='
+                     f'{config.task.name!r} is neither.')
+  for drafter in ev.drafters:
+    for k in ev.ks:
+      try:
+        decoding.DecodeOptions.from_specs(
+            max_len=ev.max_len, k=k, drafter=drafter).check(
+                model.num_proposal_heads, 2**31,
+                drafters.dependent(model.head_layer))
+      except ValueError as error:
+        raise ValueError(f'eval.drafters ({drafter!r} at ks={tuple(ev.ks)}): '
+                         f'{error}') from error
+  wants_ngram = any(d.startswith('ngram') for d in ev.drafters)
+  if wants_ngram and not ev.ngram_path:
+    raise ValueError(f"eval.drafters={tuple(ev.drafters)}: an 'ngram' "
+                     f'drafter reads eval.ngram_path, an n-gram model (the '
+                     f"drafts job's OUTPUT_DIR/ngram.npz); it is empty.")
+  if ev.ngram_path and not os.path.isfile(ev.ngram_path):
+    raise ValueError(f'eval.ngram_path={ev.ngram_path!r} is not a file.')
 
 
 def _check_samplers(config) -> None:

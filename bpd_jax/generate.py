@@ -73,7 +73,7 @@ class Decoder:
 
   def __init__(self, model: Transformer, mesh=None,
                batch_axis: str = 'data', param_rules=(), log=print,
-               draft_vocab=None):
+               draft_vocab=None, ngram=None):
     """Takes the model apart (and places it on `mesh`, if given).
 
     Args:
@@ -92,6 +92,8 @@ class Decoder:
         vocabulary. Verification reads every id, so the output is the same
         (greedy's, under exact verification; the base model's
         distribution, sampling): only acceptance can change.
+      ngram: the n-gram model (`rescorers.ngram.NgramModel`) that drafter
+        'ngram' reads (`decoding.Lookup`); None: none.
     """
     if mesh is None:
       if param_rules:
@@ -109,6 +111,7 @@ class Decoder:
       model = self._placement.place(model, log)
     self.model = model
     self.draft_vocab = _checked_draft_vocab(draft_vocab, model.config)
+    self.ngram = _checked_ngram(ngram, model.config)
     graphdef, weights = nnx.split(self.model)
     self._weights, treedef = jax.tree_util.tree_flatten(weights)
     self._decode = _structure_decoder(graphdef, treedef)
@@ -120,7 +123,7 @@ class Decoder:
 
   def decode(self, inputs, options: decoding.DecodeOptions,
              *, rescorer=None, iterations=None,
-             key: int | jax.Array = 0, ngram=None) -> decoding.DecodeResult:
+             key: int | jax.Array = 0) -> decoding.DecodeResult:
     """Decodes a batch as `options` say: the one path of every decode.
 
     Args:
@@ -137,27 +140,24 @@ class Decoder:
         seed or a `jax.random.key`, split into one key per example, or
         [batch] keys (an example samples as it would alone with its key).
         Unused without sampling.
-      ngram: the n-gram model (`rescorers.ngram.NgramModel`) of an 'ngram'
-        drafter (`options.lookup`); None otherwise.
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics;
       block_sizes has k + 1 columns.
     """
     arguments, named = self._arguments(inputs, options, rescorer,
-                                       iterations, key, ngram)
+                                       iterations, key)
     return self._decode(*arguments, **named)
 
   def lower(self, inputs, options: decoding.DecodeOptions, *,
-            rescorer=None, key: int | jax.Array = 0, ngram=None):
+            rescorer=None, key: int | jax.Array = 0):
     """The decode's program lowered for these inputs (`jax.stages.Lowered`):
     what `decode` runs with the same arguments, for XLA's cost and memory
     analyses."""
-    arguments, named = self._arguments(inputs, options, rescorer, None, key,
-                                       ngram)
+    arguments, named = self._arguments(inputs, options, rescorer, None, key)
     return self._decode.lower(*arguments, **named)
 
-  def _arguments(self, inputs, options, rescorer, iterations, key, ngram):
+  def _arguments(self, inputs, options, rescorer, iterations, key):
     """(positional, named) arguments of the compiled program for a decode:
     the one list `decode` runs and `lower` lowers (an argument passed one
     way here and another there would compile a second program)."""
@@ -181,25 +181,18 @@ class Decoder:
             dict(options=options.static(), rescorer_structure=structure,
                  rescorer=bound, iterations=_iteration_count(iterations),
                  sampler=sampler, keys=keys, placement=self._placement,
-                 ngram=self._ngram(options, ngram)))
+                 ngram=self._ngram(options)))
 
-  def _ngram(self, options, ngram):
-    """The n-gram model an 'ngram' drafter reads, checked; else None."""
-    wanted = options.lookup is not None and options.lookup.source == 'ngram'
-    if not wanted:
-      if ngram is not None:
-        raise ValueError("an n-gram model was given without drafter "
-                         "'ngram'.")
+  def _ngram(self, options):
+    """The n-gram model an 'ngram' drafter reads; None for the others."""
+    if options.lookup is None or options.lookup.source != 'ngram':
       return None
-    if not isinstance(ngram, rescorers.ngram.NgramModel):
-      raise ValueError(f"drafter 'ngram' needs an n-gram model "
-                       f'(rescorers.ngram.NgramModel, e.g. the drafts '
-                       f'job\'s ngram.npz); got {type(ngram).__name__}.')
-    if ngram.vocab_size != self.config.vocab_size:
-      raise ValueError(f'the n-gram model has a vocabulary of '
-                       f'{ngram.vocab_size}, the decoded model '
-                       f'{self.config.vocab_size}.')
-    return ngram
+    if self.ngram is None:
+      raise ValueError("drafter 'ngram' needs an n-gram model: "
+                       'Decoder(model, ngram=...) (a '
+                       'rescorers.ngram.NgramModel, e.g. the drafts job\'s '
+                       'ngram.npz).')
+    return self.ngram
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,
              key: int | jax.Array = 0) -> decoding.DecodeResult:
@@ -249,8 +242,8 @@ class Decoder:
                 rescorer=None, sampler: decoding.Sampler | None = None,
                 key: int | jax.Array = 0,
                 tree: decoding.Tree | None = None,
-                drafter: 'str | decoding.Lookup' = 'heads',
-                ngram=None) -> decoding.DecodeResult:
+                drafter: 'str | decoding.Lookup' = 'heads'
+                ) -> decoding.DecodeResult:
     """Blockwise parallel decoding: `decode` with the
     `decoding.DecodeOptions` these keywords make.
 
@@ -280,9 +273,7 @@ class Decoder:
         earlier occurrence in the prompt and output), 'ngram' (an n-gram
         model's greedy continuation), with options such as
         'lookup:max=4,min=2', and heads='fallback' or 'tree' to draft
-        beside the heads.
-      ngram: the n-gram model of drafter 'ngram'
-        (`rescorers.ngram.NgramModel`).
+        beside the heads ('ngram' reads the Decoder's n-gram model).
 
     Returns:
       DecodeResult: tokens [batch, max_len] and per-example statistics; its
@@ -295,8 +286,7 @@ class Decoder:
     return self.decode(inputs, decoding.DecodeOptions(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement, sampler=sampler, tree=tree,
-        lookup=decoding.lookup.parse(drafter)), rescorer=rescorer, key=key,
-                       ngram=ngram)
+        lookup=decoding.lookup.parse(drafter)), rescorer=rescorer, key=key)
 
   def layout(self, k: int):
     """The output weights of k heads laid out for decoding, once.
@@ -370,17 +360,18 @@ def blockwise(model: Transformer, inputs, *, k: int, max_len: int,
   Args:
     model: the Transformer; it must have at least k proposal heads.
     inputs, k, max_len, criterion, min_block, refinement, rescorer,
-      sampler, key, tree, drafter, ngram: as `Decoder.blockwise`.
+      sampler, key, tree, drafter: as `Decoder.blockwise`.
     mesh: optional `jax.sharding.Mesh` to shard the batch over.
     batch_axis: the mesh axis the batch is split along.
     draft_vocab: the ids proposals are chosen from (see `Decoder`).
+    ngram: the n-gram model drafter 'ngram' reads (see `Decoder`).
   """
-  return Decoder(model, mesh, batch_axis,
-                 draft_vocab=draft_vocab).blockwise(
+  return Decoder(model, mesh, batch_axis, draft_vocab=draft_vocab,
+                 ngram=ngram).blockwise(
       inputs, k=k, max_len=max_len, criterion=criterion,
       min_block=min_block, refinement=refinement,
       rescorer=rescorer, sampler=sampler, key=key, tree=tree,
-      drafter=drafter, ngram=ngram)
+      drafter=drafter)
 
 
 def sample(model: Transformer, inputs, *, max_len: int,
@@ -626,3 +617,19 @@ def _checked_draft_vocab(draft_vocab, config) -> np.ndarray | None:
   if len(np.unique(ids)) != len(ids):
     raise ValueError('draft_vocab holds an id twice.')
   return ids.astype(np.int32)
+
+
+def _checked_ngram(ngram, config):
+  """The n-gram model of drafter 'ngram' (None: none), or a ValueError
+  naming what does not fit the model."""
+  if ngram is None:
+    return None
+  if not isinstance(ngram, rescorers.ngram.NgramModel):
+    raise ValueError(f'ngram={type(ngram).__name__} is not a '
+                     f'rescorers.ngram.NgramModel (the drafts job\'s '
+                     f'ngram.npz, or rescorers.ngram.build).')
+  if ngram.vocab_size != config.vocab_size:
+    raise ValueError(f'the n-gram model has a vocabulary of '
+                     f'{ngram.vocab_size}, the decoded model '
+                     f'{config.vocab_size}.')
+  return ngram

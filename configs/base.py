@@ -178,6 +178,13 @@ def get_config():
   # tokens); a larger split (LM1B's test) is cut. A 1B model on a CPU
   # scores tens of tokens a second (~2.5 GFLOP each): lower it there.
   ev.perplexity_tokens = 262_144
+  # Drafters that need no training, each a row at every k with exact
+  # verification: 'lookup' (prompt lookup) or 'ngram' (an n-gram model's
+  # greedy continuation, from eval.ngram_path), with options, e.g.
+  # 'lookup:max=4,min=2,heads=tree' (bpd_jax/decoding/lookup.py).
+  ev.drafters = ()
+  # The n-gram model 'ngram' drafters read: the drafts job's ngram.npz.
+  ev.ngram_path = ''
   ev.tokenized_bleu = False  # Text tasks: also bleu_intl (t2t-bleu's).
   ev.every = 0  # Steps between evaluations during training (0: none).
   ev.periodic_examples = 100  # Examples decoded by those evaluations.

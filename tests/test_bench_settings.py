@@ -30,6 +30,10 @@ def test_sweep_order_and_combinations():
   assert [s.name for s in settings.sweep([2, 3], trees=['2'],
                                          max_len=10)] == [
       'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
+  assert [s.name for s in settings.sweep(
+      [2, 4], drafters=['lookup', 'ngram:heads=tree'], max_len=10)] == [
+          'greedy', 'k=2', 'k=4', 'k=2 lookup', 'k=4 lookup',
+          'k=2 ngram:heads=tree', 'k=4 ngram:heads=tree']
 
 
 def test_a_tunings_trees_are_rows_at_their_depth():
@@ -57,6 +61,7 @@ def test_greedy_is_k1():
     (dict(criteria=['top3']), "criterion 'top3'"),
     (dict(samplers=['warmth=2']), "'warmth=2' is not temperature=T"),
     (dict(trees=['2,x']), "'2,x'"),
+    (dict(drafters=['lookup:min=9']), r'max=3 must be an integer in \[min=9'),
 ])
 def test_sweep_refuses_a_bad_spec(kwargs, message):
   with pytest.raises(ValueError, match=message):

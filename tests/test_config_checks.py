@@ -112,6 +112,12 @@ def test_a_config_at_every_limit_passes():
      r'temperature=nan must be a finite number >= 0'),
     ('eval', 'criteria', ('distance:inf',), r"criterion 'distance:inf': "
      r'distance verification needs a finite eps >= 0, got eps=inf'),
+    ('eval', 'drafters', ('lookup:min=0',), r"eval.drafters \('lookup:min=0' "
+     r'at ks=\(.*\)\): lookup min=0 must be an integer >= 1'),
+    ('eval', 'drafters', ('ngram',), r"an 'ngram' drafter reads "
+     r'eval.ngram_path, an n-gram model'),
+    ('eval', 'ngram_path', '/no/such.npz', "eval.ngram_path='/no/such.npz' "
+     'is not a file'),
 ])
 def test_bad_fields(section, field, value, message):
   config = demo_config()

@@ -303,10 +303,12 @@ def test_ngram_drafts_the_continuations_it_was_built_from():
     calls = np.asarray(result.model_calls)
     assert (2 * calls[:2] < np.asarray(reference.lengths)[:2]).all()
     with pytest.raises(ValueError, match="drafter 'ngram' needs an n-gram "
-                       'model'):
+                       r'model: Decoder\(model, ngram=...\)'):
       generate.blockwise(model, inputs, k=3, max_len=20, drafter='ngram')
-    with pytest.raises(ValueError, match="without drafter 'ngram'"):
-      generate.blockwise(model, inputs, k=3, max_len=20, ngram=lm)
+    with pytest.raises(ValueError, match='the n-gram model has a vocabulary '
+                       f'of 5, the decoded model {VOCAB}'):
+      generate.Decoder(model, ngram=ngram.build(
+          [[1, 2]], order=2, vocab_size=5, bos_id=0, eos_id=1))
 
 
 @pytest.mark.parametrize('k', [2, 5, 8])

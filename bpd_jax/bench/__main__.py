@@ -33,7 +33,8 @@ def main(argv):
   max_len, split = config.eval.max_len, config.eval.split
   decoder = sharded.decoder(config, job.model, plan.batch_sizes,
                             draft_vocab.of_task(
-                                task, config.eval.draft_vocab_size))
+                                task, config.eval.draft_vocab_size),
+                            plan.ngram())
   sources, _ = task.sources(split, decoder.config.max_source_len,
                             plan.examples)
   references = [target for _, target in task.pairs(split)[:plan.examples]]

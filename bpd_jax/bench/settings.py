@@ -9,6 +9,7 @@ and the sweep of settings it times.
 
 import dataclasses
 import functools
+import os
 from typing import Sequence
 
 from absl import app
@@ -21,6 +22,7 @@ from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
 from bpd_jax.infra import extras
 from bpd_jax.models import drafters
+from bpd_jax.rescorers import ngram as ngram_lib
 from bpd_jax.tasks import batching
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -46,6 +48,13 @@ _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], 'Nodes of the most probable trees under the rank '
     'probabilities measured on the calibration sources (e.g. 16,32; exact '
     "verification): each a row at its depth, and a candidate of k='auto'.")
+_DRAFTERS = flags.DEFINE_multi_string(
+    'drafter', None, "A drafter that needs no training, e.g. 'lookup', "
+    "'lookup:min=3,heads=tree' or 'ngram' (repeatable): a row at every k, "
+    "exact verification (default: the config's eval.drafters).")
+_NGRAM = flags.DEFINE_string(
+    'ngram', None, "The n-gram model 'ngram' drafters read (the drafts "
+    "job's OUTPUT_DIR/ngram.npz; default: the config's eval.ngram_path).")
 _EXAMPLES = flags.DEFINE_integer('examples', 256,
                                  'Eval sentences decoded per setting.',
                                  lower_bound=1)
@@ -70,27 +79,29 @@ _QUICK = flags.DEFINE_boolean(
 
 def setting(max_len: int, k: int = 1, criterion: str = 'exact',
             min_block: int = 1, sampler: str = '',
-            tree: str | decoding.Tree = '') -> DecoderSpec:
+            tree: str | decoding.Tree = '', drafter: str = '') -> DecoderSpec:
   """A fixed decoder of the sweep, `max_len` tokens an example, named as
   the bench names it: 'greedy' (k = 1), 'k=4 top-k:2 l=2', 'k=4 tree=2,2'
   (widths), 'k=5 tree:32' (a `decoding.Tree` of 32 nodes), 'ancestral
-  temperature=0.7', 'k=4 temperature=0.7'."""
+  temperature=0.7', 'k=4 temperature=0.7', 'k=8 lookup:heads=tree'."""
   spec = DecoderSpec.of(max_len, k, criterion, min_block, sampler=sampler,
-                        tree=tree)
+                        tree=tree, drafter=drafter)
   return dataclasses.replace(spec, name=spec.name.removeprefix('blockwise '))
 
 
 def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           min_blocks: Sequence[int] = (1,),
           tuning: auto_k.AutoK | None = None, samplers: Sequence[str] = (),
-          trees: Sequence[str] = (), *,
+          trees: Sequence[str] = (), drafters: Sequence[str] = (), *,
           max_len: int) -> list[DecoderSpec | AutoSpec]:
-  """Every setting decodes `max_len` tokens an example. Greedy first (the reference), every blockwise combination (k > 1),
-  the trees (widths specs) at every k deeper than them with exact
-  verification, then where a tuning is given its trees (`AutoK.trees`, the
-  most probable of each size) at their depth and k='auto'; then per sampler
-  its ancestral sampling (that sampler's reference) and blockwise
-  sampling at every k > 1 with each criterion sampling takes."""
+  """Every setting decodes `max_len` tokens an example. Greedy first
+  (the reference), every blockwise combination (k > 1), the trees (widths
+  specs) at every k deeper than them with exact verification, the
+  drafters that need no training at every k (exact), then where a tuning
+  is given its trees (`AutoK.trees`, the most probable of each size) at
+  their depth and k='auto'; then per sampler its ancestral sampling (that
+  sampler's reference) and blockwise sampling at every k > 1 with each
+  criterion sampling takes."""
   for spec in criteria:
     decoding.from_spec(spec)  # A bad spec fails here, before any work.
   for spec in samplers:
@@ -105,6 +116,8 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
     depth = len(tree.split(','))
     decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
     settings += [setting_(k, tree=tree) for k in ks if k > depth]
+  settings += [setting_(k, drafter=drafter) for drafter in drafters
+               for k in ks]
   if tuning is not None:
     settings += [setting_(tree.depth + 1, tree=tree)
                  for tree in tuning.trees]
@@ -123,7 +136,8 @@ class Plan:
 
   Attributes:
     max_len: most tokens generated per example (eval.max_len).
-    ks, criteria, min_blocks, samplers, trees: the sweep (`sweep`).
+    ks, criteria, min_blocks, samplers, trees, drafters: the sweep
+      (`sweep`).
     batch_sizes: the batch sizes timed.
     tree_sizes: nodes of the most probable trees: rows of their own and
       candidates of k='auto'.
@@ -133,6 +147,7 @@ class Plan:
       auto setting).
     output_dir: where the reports go (None: WORKDIR/bench).
     sharding_table: also the rule sets' table (`sharded.table`).
+    ngram_path: the n-gram model 'ngram' drafters read ('' : none).
   """
   max_len: int
   ks: list[int]
@@ -147,12 +162,20 @@ class Plan:
   calibration_examples: int
   output_dir: str | None
   sharding_table: bool = False
+  drafters: list[str] = dataclasses.field(default_factory=list)
+  ngram_path: str = ''
 
   def settings(self, tuning: auto_k.AutoK | None = None) -> list:
     """The sweep, with k='auto' where `tuning` is given."""
     return sweep(self.ks, self.criteria, self.min_blocks, tuning=tuning,
                  samplers=self.samplers, trees=self.trees,
-                 max_len=self.max_len)
+                 drafters=self.drafters, max_len=self.max_len)
+
+  def ngram(self) -> ngram_lib.NgramModel | None:
+    """The n-gram model 'ngram' drafters read (None: none)."""
+    if not self.ngram_path:
+      return None
+    return ngram_lib.NgramModel.load(self.ngram_path)
 
   def tune(self, decoder, task) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training
@@ -197,7 +220,10 @@ def parse(config) -> Plan:
                   if _TREE_SIZES.value else []),
       examples=_EXAMPLES.value, repeats=_REPEATS.value,
       calibration_examples=_CALIBRATION.value, output_dir=_OUTPUT_DIR.value,
-      sharding_table=_SHARDING_TABLE.value)
+      sharding_table=_SHARDING_TABLE.value,
+      drafters=list(_DRAFTERS.value or config.eval.drafters),
+      ngram_path=(config.eval.ngram_path if _NGRAM.value is None
+                  else _NGRAM.value))
   if _QUICK.value:
     values.update(_quick(values))
   plan = Plan(**values)
@@ -212,6 +238,13 @@ def parse(config) -> Plan:
   for spec in plan.settings():  # Samplers and criteria checked together.
     spec.options.check(
         heads, 2**31, drafters.dependent(config.model.head_layer))
+  if any(d.startswith('ngram') for d in plan.drafters) and (
+      not plan.ngram_path):
+    raise app.UsageError(f"--drafter={plan.drafters}: an 'ngram' drafter "
+                         f'reads an n-gram model: give --ngram=FILE (the '
+                         f"drafts job's OUTPUT_DIR/ngram.npz).")
+  if plan.ngram_path and not os.path.isfile(plan.ngram_path):
+    raise app.UsageError(f'--ngram={plan.ngram_path}: no such file.')
   return plan
 
 

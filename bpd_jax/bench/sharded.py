@@ -38,11 +38,11 @@ MEMORY_PARTS = ('params', 'optimizer', 'cache')
 DECODES = ('greedy', 'blockwise')
 
 
-def decoder(config, model, batch_sizes, draft_vocab=None
+def decoder(config, model, batch_sizes, draft_vocab=None, ngram=None
             ) -> generate.Decoder:
   """The Decoder the bench times: on the config's mesh with its
   mesh.param_rules where set, else on one device; drafting among the ids
-  `draft_vocab` (None: all).
+  `draft_vocab` (None: all), drafter 'ngram' reading `ngram`.
 
   Raises:
     errors.ConfigError: a batch size that the mesh's data axis does not
@@ -50,7 +50,7 @@ def decoder(config, model, batch_sizes, draft_vocab=None
   """
   rules = config.mesh.param_rules
   if not rules:
-    return generate.Decoder(model, draft_vocab=draft_vocab)
+    return generate.Decoder(model, draft_vocab=draft_vocab, ngram=ngram)
   mesh = sharding.make_mesh(config.mesh.shape, config.mesh.axes)
   rows = mesh.shape[config.mesh.data_axis]
   if any(size % rows for size in batch_sizes):
@@ -60,7 +60,8 @@ def decoder(config, model, batch_sizes, draft_vocab=None
   try:
     return generate.Decoder(model, mesh=mesh,
                             batch_axis=config.mesh.data_axis,
-                            param_rules=rules, draft_vocab=draft_vocab)
+                            param_rules=rules, draft_vocab=draft_vocab,
+                            ngram=ngram)
   except ValueError as error:
     raise errors.ConfigError(f'mesh.param_rules: {error}') from error
 

@@ -81,7 +81,8 @@ def flat_images(images: np.ndarray) -> int:
 def evaluate(model, task: image_task.ImageTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), draft_vocab=None, log=print) -> dict:
+             param_rules=(), draft_vocab=None,
+             rescorers=None, log=print) -> dict:
   """Decodes the images of `split` with every decoder.
 
   Args:
@@ -113,7 +114,7 @@ def evaluate(model, task: image_task.ImageTask, split: str,
   measured = runner.decode_sources(
       model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
-      draft_vocab=draft_vocab, log=log)
+      draft_vocab=draft_vocab, rescorers=rescorers, log=log)
   baselines = {'bicubic': images_lib.bicubic(low, shape[0])}
   if task.vocab.reference is not None:  # What residuals are taken from.
     baselines[FITTED] = task.vocab.upsampled(low, shape[0])

@@ -132,7 +132,7 @@ def _negative_log_likelihood(model, prompts, continuations, budget):
 def evaluate(model, task: lm_task.LMTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), draft_vocab=None, log=print,
+             param_rules=(), draft_vocab=None, rescorers=None, log=print,
              perplexity_tokens: int = 0) -> dict:
   """Perplexity on `split`, and its prompts decoded with every decoder.
 
@@ -172,7 +172,7 @@ def evaluate(model, task: lm_task.LMTask, split: str,
   measured = runner.decode_sources(
       model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
-      draft_vocab=draft_vocab, log=log)
+      draft_vocab=draft_vocab, rescorers=rescorers, log=log)
   rows = runner.comparison_rows(measured, decoders)
   for row in rows:
     log(f'  {row["decoder"]}: mean block {row["mean_block"]}, '

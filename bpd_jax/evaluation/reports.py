@@ -25,6 +25,7 @@ from bpd_jax.evaluation import spec
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.infra import sharding
+from bpd_jax.rescorers import ngram
 
 
 class Report(Protocol):
@@ -34,6 +35,7 @@ class Report(Protocol):
                decoders: list[DecoderSpec], *, batch_size: int,
                num_examples: int = 0, repeats: int = 1,
                mesh=None, param_rules=(), draft_vocab=None,
+               rescorers=None,
                log: Callable[[str], None] = print) -> dict:
     """Decodes the first `num_examples` (0: all) of `split` with every
     decoder (greedy first: the reference), `batch_size` at a time, at
@@ -52,6 +54,8 @@ class Report(Protocol):
         (`generate.Decoder`; () replicates them).
       draft_vocab: the ids proposals are chosen from (`generate.Decoder`;
         None: all).
+      rescorers: {'ngram': NgramModel}, the n-gram model of 'ngram'
+        drafters (eval.ngram_path); None: none.
       log: progress messages go here.
     """
 
@@ -81,8 +85,8 @@ def report(config, workdir: str, model, task: tasks.Task,
       spec.decoders_from_config(config.eval),
       batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
-      mesh=mesh, param_rules=rules, draft_vocab=draft_ids, log=log,
-      **_own_options(config))
+      mesh=mesh, param_rules=rules, draft_vocab=draft_ids,
+      rescorers=_rescorers(config.eval), log=log, **_own_options(config))
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result
@@ -116,6 +120,14 @@ def periodic(config):
     return values
 
   return evaluate
+
+
+def _rescorers(eval_config) -> dict | None:
+  """{'ngram': the model at eval.ngram_path} for 'ngram' drafters; None
+  without one."""
+  if not eval_config.ngram_path:
+    return None
+  return {'ngram': ngram.NgramModel.load(eval_config.ngram_path)}
 
 
 def _report_of(config) -> Report:

@@ -159,7 +159,7 @@ def run(decoder: generate.Decoder, batches: Batches,
 def decode_sources(model, sources: Sequence[Sequence[int]],
                    decoders: Sequence[DecoderSpec], *, batch_size: int,
                    repeats: int = 1, mesh=None,
-                   param_rules=(), draft_vocab=None,
+                   param_rules=(), draft_vocab=None, rescorers=None,
                    log: Callable[[str], None] = print) -> list[Measurement]:
   """Every decoder over `sources`, as each report runs them (`run`).
 
@@ -170,7 +170,7 @@ def decode_sources(model, sources: Sequence[Sequence[int]],
       max_source_len (`batching.eval_batches`).
     decoders: greedy first (the reference).
     batch_size: examples decoded together.
-    repeats, mesh, param_rules, draft_vocab, log: as
+    repeats, mesh, param_rules, draft_vocab, rescorers, log: as
       `reports.Report.evaluate` takes them.
 
   Returns:
@@ -180,8 +180,10 @@ def decode_sources(model, sources: Sequence[Sequence[int]],
                                        model.config.max_source_len,
                                        pad_id=model.config.pad_id))
   decoder = generate.Decoder(model, mesh=mesh, param_rules=param_rules,
-                             log=log, draft_vocab=draft_vocab)
-  return run(decoder, batches, decoders, repeats=repeats)
+                             log=log, draft_vocab=draft_vocab,
+                             ngram=(rescorers or {}).get('ngram'))
+  return run(decoder, batches, decoders, repeats=repeats,
+             rescorers=rescorers)
 
 
 def _chunks(count: int, per_round: int = 10) -> list[range]:

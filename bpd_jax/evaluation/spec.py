@@ -27,9 +27,10 @@ class DecoderSpec:
     options: the decode (its max_len included).
     name: the row's label; by default 'greedy', 'blockwise k=4 top-k:2 l=2',
       'ancestral temperature=0.7', 'blockwise k=4 temperature=0.7',
-      'blockwise k=4 tree=2,2' (widths) or 'blockwise k=5 tree:32' (a Tree
-      of 32 nodes) (`default_name`; the bench and the drafts comparison
-      give their own).
+      'blockwise k=4 tree=2,2' (widths), 'blockwise k=5 tree:32' (a Tree
+      of 32 nodes) or 'blockwise k=8 lookup:heads=tree' (a drafter
+      needing no training) (`default_name`; the bench and the drafts
+      comparison give their own).
     refinement_spec: the refinement as written ('ngram:p=2,t=2'), for the
       default name.
   """
@@ -49,16 +50,18 @@ class DecoderSpec:
   def of(cls, max_len: int, k: int = 1, criterion: str = 'exact',
          min_block: int = 1, *, sampler: str = '',
          tree: str | decoding.Tree = '', refinement_spec: str = '',
-         window: int = 0, name: str = '') -> 'DecoderSpec':
+         window: int = 0, name: str = '',
+         drafter: str = '') -> 'DecoderSpec':
     """The spec of options written as configs and flags write them
     (`DecodeOptions.from_specs`): criterion 'top-k:2', sampler
     'temperature=0.7', tree '2,2' (widths) or a `decoding.Tree`,
-    refinement 'ngram:p=2,t=2' (with the neural rescorer's `window`)."""
+    refinement 'ngram:p=2,t=2' (with the neural rescorer's `window`),
+    drafter 'lookup:heads=tree' (one that needs no training)."""
     given = tree if isinstance(tree, decoding.Tree) else None
     options = decoding.DecodeOptions.from_specs(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement_spec, window=window, sampler=sampler,
-        tree='' if given is not None else tree)
+        tree='' if given is not None else tree, drafter=drafter)
     if given is not None:
       options = dataclasses.replace(options, tree=given)
     if not name and tree and given is None:  # Named by its widths.
@@ -116,7 +119,8 @@ class DecoderSpec:
     Args:
       decoder: the model's Decoder.
       inputs: [batch, length] token ids, right-padded.
-      rescorers: {'ngram': ..., 'neural': ...}, as refinements need.
+      rescorers: {'ngram': ..., 'neural': ...}, as refinements need (the
+        n-gram drafter reads the Decoder's own).
       key: a sampling decoder's seed or key (see `generate.Decoder.decode`).
     """
     rescorer = None
@@ -193,6 +197,8 @@ def default_name(options: decoding.DecodeOptions, refinement_spec: str = '',
   extra += f' {refinement_spec}' if refinement_spec else ''
   if options.tree is not None:
     extra += f' {tree_name or options.tree.spec}'
+  if options.lookup is not None:
+    extra += f' {options.lookup.spec}'
   return f'blockwise k={options.k}{extra}{sampler}'
 
 
@@ -206,11 +212,14 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   sampler in eval.samplers, ancestral sampling (that sampler's reference)
   and blockwise sampling at each k with each criterion sampling takes
   ('exact': the rejection rule; 'typical:...'). A k of 1 in eval.ks is
-  the greedy (or ancestral) row already there."""
+  the greedy (or ancestral) row already there. Each of eval.drafters
+  (drafters that need no training) is a row at every k, exact."""
   ks = [k for k in eval_config.ks if k > 1]
   spec = functools.partial(DecoderSpec.of, eval_config.max_len)
   specs = [spec()] + [spec(k, criterion, eval_config.min_block)
                       for k in ks for criterion in eval_config.criteria]
+  specs += [spec(k, drafter=drafter) for drafter in eval_config.drafters
+            for k in ks]
   for sampler in eval_config.samplers:
     specs.append(spec(sampler=sampler))
     specs += [spec(k, criterion, sampler=sampler)

@@ -54,7 +54,8 @@ def bleu(hypotheses: list[str], references: list[str],
 def evaluate(model, task: tasks.TextualTask, split: str,
              decoders: list[DecoderSpec], *, batch_size: int,
              num_examples: int = 0, repeats: int = 1, mesh=None,
-             param_rules=(), draft_vocab=None, log=print) -> dict:
+             param_rules=(), draft_vocab=None,
+             rescorers=None, log=print) -> dict:
   """Decodes `split` with every decoder; returns the report.
 
   Args:
@@ -91,7 +92,7 @@ def evaluate(model, task: tasks.TextualTask, split: str,
   measured = runner.decode_sources(
       model, sources, decoders, batch_size=batch_size,
       repeats=repeats, mesh=mesh, param_rules=param_rules,
-      draft_vocab=draft_vocab, log=log)
+      draft_vocab=draft_vocab, rescorers=rescorers, log=log)
   rows = runner.comparison_rows(measured, decoders)
   tokenized = task.vocab.tokenized_text
   for run, row in zip(measured, rows):

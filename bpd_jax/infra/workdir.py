@@ -108,6 +108,7 @@ ADDED_FIELDS = {
     'task.seed': 0, 'task.mock_examples': 0,
     'task.vocab_type': 'sentencepiece', 'task.distilled': '',
     'eval.perplexity_tokens': 0,  # Perplexity scored the whole split.
+    'eval.drafters': [], 'eval.ngram_path': '',  # Heads drafted alone.
 }
 
 # The record's entries that are no config field: the run's vocabulary, as
