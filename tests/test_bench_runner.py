@@ -156,13 +156,17 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
   # Costs that make auto take the tree at this shape.
   tuning.step_costs[(4, 8, 10)] = {1: 9.0, 3: 9.0, tree: 1.0}
   settings = settings_lib.sweep([3], trees=['2'], tuning=tuning,
-                               max_len=10)
+                               drafters=['lookup:min=1'], max_len=10)
   rows = runner.run(decoder, batches, settings, repeats=1,
                     progress=lambda line: None)
-  assert [(row['decoder'], row['k'], row['tree']) for row in rows] == [
-      ('greedy', 1, None), ('blockwise', 3, None),
-      ('blockwise', 3, 'tree:5'), ('blockwise', 3, 'tree:4'),
-      ('auto', 3, 'tree:4')]
+  assert [(row['decoder'], row['k'], row['tree'], row['drafter'])
+          for row in rows] == [
+      ('greedy', 1, None, None), ('blockwise', 3, None, None),
+      ('blockwise', 3, 'tree:5', None),
+      ('blockwise', 3, None, 'lookup:min=1'),
+      ('blockwise', 3, 'tree:4', None), ('auto', 3, 'tree:4', None)]
+  lookup = rows.pop(3)  # A prompt lookup: bounded by T(k), exact.
+  assert lookup['identical_to_greedy'] == 1.0 and lookup['step_cost_k_ms']
   # The tuning's tree decodes on its own row as auto decoded with it.
   assert rows[3]['model_calls'] == rows[-1]['model_calls']
   # The auto row shows the costs it chose by; the others have none.

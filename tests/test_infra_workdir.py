@@ -284,6 +284,19 @@ def test_reader_refuses_another_model(tmp_path):
       f'{tmp_path / "config.json"}).')
 
 
+def test_reader_of_a_decoder_only_model_takes_longer_prompts(tmp_path):
+  config = train_configs.demo_config()
+  config.model.num_encoder_layers = 0
+  train(config, tmp_path)
+  config.model.max_source_len += 64  # No weight of its size.
+  assert read(config, tmp_path) == []
+  encoder_decoder = train_configs.demo_config()  # Its source positions.
+  train(encoder_decoder, tmp_path / 'ed')
+  encoder_decoder.model.max_source_len += 64
+  with pytest.raises(errors.WorkdirError, match='model.max_source_len'):
+    read(encoder_decoder, tmp_path / 'ed')
+
+
 def test_reader_takes_other_training_eval_and_dropout(tmp_path):
   train(train_configs.demo_config(), tmp_path)
   config = train_configs.demo_config()

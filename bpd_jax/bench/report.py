@@ -13,8 +13,8 @@ from bpd_jax.infra import figures
 
 # Columns of the Markdown table (bench.json keeps them all).
 TABLE_COLUMNS = (
-    'batch_size', 'decoder', 'k', 'tree', 'criterion', 'min_block',
-    'sampler',
+    'batch_size', 'decoder', 'k', 'tree', 'drafter', 'criterion',
+    'min_block', 'sampler',
     'wall_s',
     'tokens_per_s', 'speedup', 'mean_accepted_block', 'step_cost_1_ms',
     'step_cost_k_ms', 'step_cost_ratio', 'iteration_ms', 'fixed_ms',
@@ -72,7 +72,8 @@ def plot(rows: list[dict], path: str) -> None:
     mine = [row for row in rows if row['batch_size'] == batch_size]
     line = sorted((row for row in mine if row['decoder'] != AutoSpec.kind
                    and row['criterion'] == 'exact' and row['min_block'] == 1
-                   and row['sampler'] is None and row['tree'] is None),
+                   and row['sampler'] is None and row['tree'] is None
+                   and row.get('drafter') is None),
                   key=lambda row: row['k'])
     ks = [row['k'] for row in line]
     drawn = left.plot(ks, [row['speedup'] for row in line], marker='o',

@@ -42,7 +42,7 @@ from bpd_jax.bench import step_costs
 from bpd_jax.evaluation.spec import AutoSpec, DecoderSpec
 
 COLUMNS = (
-    'decoder', 'k', 'tree', 'criterion', 'min_block', 'sampler',
+    'decoder', 'k', 'tree', 'drafter', 'criterion', 'min_block', 'sampler',
     'batch_size',
     'head_layer', 'head_params',
     'compile_s',
@@ -164,10 +164,13 @@ def _step_cost_ks(settings) -> list[int]:
 
 
 def _setting_columns(spec, options: decoding.DecodeOptions) -> dict:
-  """What a row decoded with: its kind, k, tree, criterion, min_block and
-  sampler (auto's k and tree those it chose)."""
+  """What a row decoded with: its kind, k, tree, drafter (one needing no
+  training; None: the heads), criterion, min_block and sampler (auto's k
+  and tree those it chose)."""
   return dict(decoder=spec.kind, k=options.k,
               tree=options.tree.spec if options.tree is not None else None,
+              drafter=(options.lookup.spec if options.lookup is not None
+                       else None),
               criterion=spec.criterion, min_block=spec.min_block,
               sampler=spec.sampler or None)
 

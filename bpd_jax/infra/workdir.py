@@ -537,6 +537,10 @@ def _check_resume(saved: dict, now: dict, workdir: str, log, write: bool,
 def _check_reader(saved: dict, now: dict, workdir: str):
   """A job that reads the run: refuses another architecture or vocabulary."""
   refused = [d for d in _differences(saved, now) if readers_compare(d[0])]
+  if saved.get('model.num_encoder_layers') == 0:
+    # A decoder-only model's prompt width sizes no weight (its prompt
+    # positions are the decoder's): a reader may decode longer prompts.
+    refused = [d for d in refused if d[0] != 'model.max_source_len']
   if refused:
     raise errors.WorkdirError(
         f'{workdir} holds a run of another model: {_show_refused(refused)}. '
