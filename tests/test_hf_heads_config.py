@@ -91,9 +91,13 @@ def test_heads_train_on_the_frozen_base_and_decode_exactly(folder, heads,
   # The checkpoint's own ids, in the data and in the model.
   assert task.vocab.bos_id == model.config.bos_id != 2
   assert task.vocab.pad_id == model.config.pad_id == -1
+  # Beside the trained heads, prompt lookup (no training).
+  config.eval.drafters = ('lookup:min=1',)
   report = evaluation.report(config, workdir, model, task,
                              log=lambda _: None)
-  assert [r['identical_to_greedy'] for r in report['rows']] == [1.0, 1.0]
+  rows = report['rows']
+  assert [r['decoder'] for r in rows][-1].endswith('lookup:min=1')
+  assert all(r['identical_to_greedy'] == 1.0 for r in rows)
 
 
 def test_prompts_continued_by_the_imported_base_then_heads_on_them(tmp_path):
@@ -120,9 +124,13 @@ def test_prompts_continued_by_the_imported_base_then_heads_on_them(tmp_path):
   # Held out: prompt 19 and the base's own continuation of it.
   (prompt, reference), = task.eval_ids('validation')
   assert len(prompt) and len(reference) == config.eval.max_len
+  # Beside the trained heads, prompt lookup (no training).
+  config.eval.drafters = ('lookup:min=1',)
   report = evaluation.report(config, workdir, model, task,
                              log=lambda _: None)
-  assert [r['identical_to_greedy'] for r in report['rows']] == [1.0, 1.0]
+  rows = report['rows']
+  assert [r['decoder'] for r in rows][-1].endswith('lookup:min=1')
+  assert all(r['identical_to_greedy'] == 1.0 for r in rows)
 
 
 def one_file_config(tmp_path):

@@ -139,6 +139,10 @@ def test_blockwise_equals_greedy_with_fresh_heads(model, head_layer):
   # A prompt is its tokens alone: padding is not read.
   alone = decoder.greedy(prompts[1:2, :2], max_len=24)
   np.testing.assert_array_equal(alone.tokens[0], greedy.tokens[1])
+  if head_layer == 'independent':  # Prompt lookup needs no heads.
+    lookup = decoder.blockwise(prompts, k=K + 2, max_len=24,
+                               drafter='lookup:min=1')
+    np.testing.assert_array_equal(lookup.tokens, greedy.tokens)
 
 
 def _copy(tmp_path, config=None, tensors=None, remove=()) -> str:

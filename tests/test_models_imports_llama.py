@@ -174,6 +174,24 @@ def test_exact_blockwise_equals_greedy_on_imported_models(family_name,
     np.testing.assert_array_equal(result.lengths, reference.lengths)
 
 
+def test_prompt_lookup_on_an_imported_model_with_no_trained_heads():
+  """Prompt lookup drafts for an imported checkpoint as it is, at a k
+  beyond its (untrained) heads, alone and beside them: greedy's output."""
+  model = imports.load_model(folder('llama3'), num_proposal_heads=2,
+                             dtype='float32', param_dtype='float32')
+  batch = prompts(model, references('llama3'))
+  # A prompt that repeats itself, where lookup has something to find.
+  words = batch[0][batch[0] != model.config.pad_id][:3]
+  repeating = np.tile(words, -(-batch.shape[1] // len(words)))
+  batch = np.concatenate([batch, repeating[None, :batch.shape[1]]], axis=0)
+  decoder = generate.Decoder(model)
+  reference = decoder.greedy(batch, max_len=20)
+  for drafter, k in (('lookup:min=1', 6), ('lookup:heads=tree', 2)):
+    result = decoder.blockwise(batch, k=k, max_len=20, drafter=drafter)
+    np.testing.assert_array_equal(result.tokens, reference.tokens)
+    np.testing.assert_array_equal(result.lengths, reference.lengths)
+
+
 @pytest.mark.slow  # 25 s; tests/test_sampling.py's Llama-like case runs by default.
 def test_blockwise_sampling_keeps_an_imported_models_distribution():
   """Two tokens sampled after a prompt (top 3 of each step, temperature
