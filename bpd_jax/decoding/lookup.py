@@ -170,11 +170,11 @@ def history(prompt: jax.Array, prompt_lengths: jax.Array, tokens: jax.Array,
   position = jnp.arange(width)[None, :]
   in_output = jnp.clip(position - prompt_lengths[:, None], 0,
                        tokens.shape[1] - 1)
-  joined = jnp.where(
-      position < prompt_lengths[:, None],
-      jnp.take_along_axis(prompt, jnp.minimum(position, prompt.shape[1] - 1)
-                          + jnp.zeros_like(in_output), axis=1),
-      jnp.take_along_axis(tokens, in_output, axis=1))
+  in_prompt = jnp.broadcast_to(
+      jnp.minimum(position, prompt.shape[1] - 1), in_output.shape)
+  joined = jnp.where(position < prompt_lengths[:, None],
+                     jnp.take_along_axis(prompt, in_prompt, axis=1),
+                     jnp.take_along_axis(tokens, in_output, axis=1))
   return jnp.where(position < (prompt_lengths + lengths)[:, None], joined,
                    NO_PROPOSAL).astype(jnp.int32)
 
@@ -189,7 +189,7 @@ def match_draft(history_tokens: jax.Array, lengths: jax.Array, m: int,
     history_tokens: [batch, L] prompt and output (`history`).
     lengths: [batch] valid tokens of each row, >= 1.
     m: proposals wanted (k - 1).
-    max_ngram, min_ngram: the n searched, longest first.
+    max_ngram, min_ngram: the n searched; the longest found wins.
 
   Returns:
     (proposals [batch, m]: what followed the match, repeated if fewer
