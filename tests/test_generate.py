@@ -153,8 +153,8 @@ def exact_blockwise_equals_greedy(max_examples):
   return check
 
 
-# Each example compiles two programs: 8 in the default run, 60 with slow.
-test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(8)
+# Each example compiles two programs: 5 in the default run, 60 with slow.
+test_exact_blockwise_equals_greedy = exact_blockwise_equals_greedy(5)
 test_exact_blockwise_equals_greedy_on_many_models = pytest.mark.slow(
     exact_blockwise_equals_greedy(60))
 
@@ -202,7 +202,7 @@ def exact_tree_decoding_equals_greedy(max_examples):
   return check
 
 
-test_exact_tree_decoding_equals_greedy = exact_tree_decoding_equals_greedy(4)
+test_exact_tree_decoding_equals_greedy = exact_tree_decoding_equals_greedy(3)
 test_exact_tree_decoding_equals_greedy_on_many_models = pytest.mark.slow(
     exact_tree_decoding_equals_greedy(30))
 
@@ -266,7 +266,7 @@ def exact_lookup_decoding_equals_greedy(max_examples):
 
 
 test_exact_lookup_decoding_equals_greedy = (
-    exact_lookup_decoding_equals_greedy(4))
+    exact_lookup_decoding_equals_greedy(3))
 test_exact_lookup_decoding_equals_greedy_on_many_models = pytest.mark.slow(
     exact_lookup_decoding_equals_greedy(40))
 

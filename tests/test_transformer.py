@@ -525,8 +525,10 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
 
 
 @pytest.mark.parametrize('encoder_layers, fields', [
-    (2, dict(positions='sinusoidal')), (0, dict(positions='learned')),
-    (0, llama_like.LLAMA)])
+    # The encoder-decoder's trees: slow here, by default in
+    # tests/test_generate.py's exact tree property and head-layer cases.
+    pytest.param(2, dict(positions='sinusoidal'), marks=pytest.mark.slow),
+    (0, dict(positions='learned')), (0, llama_like.LLAMA)])
 def test_a_tree_node_decodes_as_its_path_and_commit_writes_the_chain(
     encoder_layers, fields):
   """extend_tree: each node's output is that of its path decoded as a
