@@ -203,13 +203,15 @@ def match_draft(history_tokens: jax.Array, lengths: jax.Array, m: int,
   padded = jnp.concatenate(
       [history_tokens, jnp.full((batch, max_ngram), NO_PROPOSAL,
                                 history_tokens.dtype)], axis=1)
+  # The last max_ngram tokens, one gather: tail[:, -n:] is the n-gram.
+  tail = jnp.take_along_axis(history_tokens, jnp.clip(
+      lengths[:, None] - max_ngram + jnp.arange(max_ngram), 0, width - 1),
+                             axis=1)
   for n in range(min_ngram, max_ngram + 1):  # Longer wins: later overrides.
     suffix_start = lengths - n
     same = jnp.ones((batch, width), bool)
     for i in range(n):
-      wanted = jnp.take_along_axis(
-          history_tokens, jnp.clip(suffix_start + i, 0, width - 1)[:, None],
-          axis=1)
+      wanted = tail[:, max_ngram - n + i, None]
       same = same & (padded[:, i:i + width] == wanted)
     # An earlier occurrence, followed by at least one token.
     same = same & (start + n < lengths[:, None]) & (suffix_start[:, None]
