@@ -439,7 +439,10 @@ def test_approximate_criteria_run_and_accept_more():
                  marks=pytest.mark.slow),  # a lower layer (property-drawn).
     (4, 'block_corrected', 0, 'paper'),
     (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
-    (3, 'autoregressive:source=own', 2, 'paper'),
+    # The draft layer's own source: by default on split parameters
+    # (tests/test_generate_sharded.py).
+    pytest.param(3, 'autoregressive:source=own', 2, 'paper',
+                 marks=pytest.mark.slow),
     # Every head type on a Llama-family base (decoder-only, as the family
     # is), each verified as a tree too; the draft layer reading the source
     # through an encoder-decoder's grouped keys and values.
@@ -552,10 +555,11 @@ def test_a_mixture_output_has_no_drafting_vocabulary():
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
-    # Split parameters: tests/test_generate_sharded.py.
-    (2, 'independent'),
+    # By default in tests/test_generate_sharded.py (the batch split over
+    # a mesh, with split parameters and without).
     *(pytest.param(*case, marks=pytest.mark.slow) for case in (
-        (2, 'sequential'), (0, 'autoregressive'), (0, 'independent')))])
+        (2, 'independent'), (2, 'sequential'), (0, 'autoregressive'),
+        (0, 'independent')))])
 def test_sharded_over_8_devices_equals_unsharded(encoder_layers, head_layer):
   assert jax.device_count() == 8, 'tests/conftest.py sets 8 CPU devices'
   mesh = jax.make_mesh((8,), ('data',),
