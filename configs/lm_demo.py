@@ -43,6 +43,11 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
                      data)
     inputs=own       the dependent heads read their own drafts in
                      training, as when decoding (default data)
+    prompt=N         evaluation prompts of N tokens (default 32), each
+                     continued for 128 where lookup drafting has context
+                     to find (drafter='lookup', eval.drafters); training
+                     examples of N + 128 tokens and the positions to
+                     match, 2,048 tokens a batch
 
 Drafting among the N most frequent ids of the training targets (a
 cheaper projection per draft, the same output; docs/guide/heads.md), on
@@ -75,7 +80,7 @@ def get_config(arg=None):
                                  base='finetuned',
                                  with_heads=False, features='',
                                  block_layers=1, targets='data',
-                                 inputs='data')
+                                 inputs='data', prompt=32)
   config_options.check_choice(options, 'base', BASES)
   frozen = options['base'] == 'frozen'
   for option, given in (('base=frozen', frozen),
@@ -86,6 +91,17 @@ def get_config(arg=None):
   config_options.check_choice(options, 'heads', drafters.NAMES)
   if options['k'] < 2:
     raise ValueError(f'config option k={options["k"]} must be >= 2.')
+  prompt = options['prompt']
+  if prompt < 1:
+    raise ValueError(f'config option prompt={prompt} must be >= 1.')
+  long_prompts = prompt != 32
+  if long_prompts and options['distilled']:
+    raise ValueError(f'config option prompt={prompt} with distilled=: the '
+                     f'distilled corpus holds 32-token prompts; use one or '
+                     f'the other.')
+  # An example: its prompt, then what the model continues (the training
+  # length: 128 tokens by default, N + 128 with long prompts).
+  example_len = prompt + 128 if long_prompts else 128
   quick = options['quick']
   config = base.get_config()
 
@@ -100,8 +116,8 @@ def get_config(arg=None):
   # A corpus of the model's own continuations (python -m bpd_jax.distill).
   task.distilled = options['distilled']
   task.vocab_lines = 200_000  # Lines of code the vocabulary learns from.
-  task.max_source_len = 32  # Tokens of an evaluation prompt.
-  task.max_target_len = 128  # Tokens of an example: the training length.
+  task.max_source_len = prompt  # Tokens of an evaluation prompt.
+  task.max_target_len = example_len  # Tokens of an example: the training length.
 
   model = config.model
   model.size = 'tiny'  # models/transformer_config.py SIZES, overridden below.
@@ -111,10 +127,11 @@ def get_config(arg=None):
   model.d_ff = 512  # Feed-forward hidden width.
   model.num_heads = 4  # Attention heads.
   model.dropout_rate = 0.0  # Training only; none: faster steps.
-  model.max_source_len = 33  # Input width: the start token and a prompt.
+  model.max_source_len = prompt + 1  # Input width: the start token and a prompt.
   # Positions: a training example (after its prompt, on a distilled
-  # corpus), or a decode.
-  model.max_target_len = 160 if options['distilled'] else 128
+  # corpus), or a decode (a long prompt, 128 tokens and a block).
+  model.max_target_len = (example_len + options['k'] if long_prompts
+                          else 160 if options['distilled'] else 128)
   model.num_proposal_heads = options['k']  # Decoding may use any k up to it.
   # The drafter (default sequential: heads read the last proposal), the
   # lower layers it reads, a block drafter's layers (configs/base.py).
@@ -122,7 +139,7 @@ def get_config(arg=None):
                options['block_layers'])
 
   train = config.train
-  train.batch_size = 16  # Examples (128 tokens each) a step.
+  train.batch_size = max(1, 2_048 // example_len)  # Examples a step (16 of 128 tokens).
   # One phase: the base and its heads trained together from the start.
   train.base_steps = 0  # No base-only phase.
   train.head_steps = 100 if quick else 1500  # Phase 'heads': base + heads.
@@ -146,7 +163,7 @@ def get_config(arg=None):
 
   ev = config.eval
   ev.num_examples = 20 if quick else 100  # Prompts decoded (0: all).
-  ev.max_len = 64  # Tokens generated per prompt.
+  ev.max_len = 128 if long_prompts else 64  # Tokens generated per prompt.
   # Blockwise block sizes compared with greedy.
   ev.ks = tuple(k for k in (2, 4, 6, 8, 12, 16) if k <= options['k'])
   ev.criteria = ('exact',)  # Verification: exact returns greedy's output.

@@ -20,7 +20,8 @@ def lm_demo_config(arg=None):
 
 
 @pytest.mark.parametrize('arg', ['', 'quick', 'heads=independent',
-                                 'heads=autoregressive,quick'])
+                                 'heads=autoregressive,quick',
+                                 'prompt=512,k=4'])
 def test_every_option_passes_the_checks(arg):
   config = lm_demo_config(arg)
   config_checks.check(config)
@@ -35,6 +36,20 @@ def test_bad_options():
     lm_demo_config('kk=4')
   with pytest.raises(ValueError, match='config option k=1 must be >= 2'):
     lm_demo_config('k=1')
+  with pytest.raises(ValueError, match='config option prompt=0 must be'):
+    lm_demo_config('prompt=0')
+  with pytest.raises(ValueError, match='distilled corpus holds 32-token'):
+    lm_demo_config('prompt=64,distilled=/run')
+
+
+def test_long_prompts_set_the_example_and_the_positions():
+  config = lm_demo_config('prompt=256')
+  assert (config.task.max_source_len, config.task.max_target_len) == (256,
+                                                                      384)
+  assert config.eval.max_len == 128  # Each prompt continued for 128.
+  # A decode: the start token, the prompt, 128 tokens and a block.
+  assert config.model.max_target_len == 384 + 8
+  assert config.train.batch_size * 384 <= 2_048
 
 
 def test_k_sets_the_heads_and_the_block_sizes_reported():
