@@ -262,9 +262,8 @@ def _lookup_drafts(lookup, ngram, prompt, prompt_lengths, fns, cache,
   and the heads' as one tree. Arguments as `_plain_draft`'s, and the
   prompt the lookup searches too."""
   token = ops.take_at(next_tokens, last)[:, None]
-  found = lookup_lib.draft(
-      lookup, lookup_lib.history(prompt, prompt_lengths, tokens, lengths),
-      prompt_lengths + lengths, k - 1, ngram)
+  found = lookup_lib.draft(lookup, prompt, prompt_lengths, tokens, lengths,
+                           k - 1, ngram)
   if lookup.heads == 'none':
     return jnp.concatenate([token, found], axis=1), cache
   heads, _, cache = steps.proposals(

@@ -117,8 +117,6 @@ class Lookup:
     options = [f'{key}={getattr(self, name)}'
                for key, (name, _) in _SPEC_KEYS.items()
                if getattr(self, name) != getattr(Lookup, name)]
-    if self.source == 'ngram':  # Its context length is the model's order.
-      options = [o for o in options if not o.startswith('max=')]
     return self.source + (':' + ','.join(options) if options else '')
 
   def check(self) -> None:
@@ -230,11 +228,15 @@ def match_draft(history_tokens: jax.Array, lengths: jax.Array, m: int,
                    NO_PROPOSAL).astype(jnp.int32), best_n
 
 
-def draft(lookup: Lookup, history_tokens: jax.Array, lengths: jax.Array,
-          m: int, ngram: NgramDrafter | None = None) -> jax.Array:
-  """[batch, m] the lookup's proposals after each example's history,
-  NO_PROPOSAL where it has none (`match_draft`, `ngram_draft`); `ngram`
-  the model of an 'ngram' source."""
+def draft(lookup: Lookup, prompt: jax.Array, prompt_lengths: jax.Array,
+          tokens: jax.Array, lengths: jax.Array, m: int,
+          ngram: NgramDrafter | None = None) -> jax.Array:
+  """[batch, m] the lookup's proposals after each example's prompt and
+  output so far (`history`'s arguments), NO_PROPOSAL where it has none
+  (`match_draft`, `ngram_draft`); `ngram` the model of an 'ngram'
+  source."""
+  history_tokens = history(prompt, prompt_lengths, tokens, lengths)
+  lengths = prompt_lengths + lengths
   if lookup.source == 'ngram':
     if ngram is None:
       raise ValueError("drafter 'ngram' needs an n-gram model "

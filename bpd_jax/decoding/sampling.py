@@ -234,9 +234,8 @@ def _proposals(fns, sampler, criterion, lookup, ngram, prompt,
   if lookup is None:
     return _heads_proposals(fns, sampler, criterion, cache, features,
                             next_tokens, start, last, keys, token)
-  found = lookup_lib.draft(
-      lookup, lookup_lib.history(prompt, prompt_lengths, tokens, lengths),
-      prompt_lengths + lengths, k - 1, ngram)
+  found = lookup_lib.draft(lookup, prompt, prompt_lengths, tokens, lengths,
+                           k - 1, ngram)
   if lookup.heads == 'none':  # Point masses, made where verified.
     return SampledBlock(jnp.concatenate([token[:, None], found], axis=1),
                         jnp.zeros(found.shape + (1,))), cache
