@@ -545,8 +545,10 @@ def _decode_body(model: Transformer, weights, inputs,
   proposals = dict(proposal_logits=functools.partial(
       model.proposal_logits, k=k, weights=weights))
   if drafters.dependent(config.head_layer):  # Drafts head after head.
-    proposals = dict(draft=functools.partial(model.draft, k=k,
-                                             weights=weights))
+    proposals = dict(
+        draft=functools.partial(model.draft, k=k, weights=weights),
+        draft_tree=functools.partial(model.draft_tree, k=k,
+                                     weights=weights))
   fns = decoding.DecodingFns(
       extend=model.extend,
       next_token_logits=functools.partial(model.next_token_logits,

@@ -20,9 +20,8 @@ from flax import nnx
 from bpd_jax import generate
 from bpd_jax.bench import near_ties
 from bpd_jax.infra import sharding
-from bpd_jax.decoding import (DecodeOptions, Distance, Exact, Refinement,
-                              Sampler,
-                              TopK, Tree)
+from bpd_jax.decoding import (DecodeOptions, Distance, DynamicTree, Exact,
+                              Refinement, Sampler, TopK, Tree)
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.rescorers import ngram
@@ -168,7 +167,9 @@ def exact_tree_decoding_equals_greedy(max_examples):
   @hypothesis.given(
       seed=st.integers(0, 2**16),
       k=st.integers(2, 6),
-      widths=st.sampled_from([(2,), (2, 2), (3, 1, 2), (1, 3)]),
+      widths=st.sampled_from([(2,), (2, 2), (3, 1, 2), (1, 3),
+                              'dynamic:6,top=2,frontier=2',
+                              'dynamic:9,top=3,frontier=2']),
       batch=st.sampled_from([1, 3]),
       encoder_layers=st.sampled_from([2, 0]),
       head_layer=st.sampled_from(DRAFTERS),
@@ -177,7 +178,10 @@ def exact_tree_decoding_equals_greedy(max_examples):
       draft_vocab=DRAFT_VOCABS)
   def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale,
             architecture, draft_vocab):
-    tree = Tree.from_widths(widths[:k - 1], k - 1)
+    if isinstance(widths, str):  # Made each call from the drafter's q.
+      tree = Tree.from_spec(widths, k - 1)
+    else:
+      tree = Tree.from_widths(widths[:k - 1], k - 1)
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
                            head_scale=head_scale, architecture=architecture)
@@ -188,10 +192,13 @@ def exact_tree_decoding_equals_greedy(max_examples):
       assert_same_or_near_tie(model, inputs, reference, result)
       np.testing.assert_array_equal(
           (result.block_sizes * np.arange(k + 1)).sum(1), result.lengths)
-      # The argmax chain is one of the tree's paths: from the prompt, the
-      # tree's first call accepts no fewer tokens than the chain's. (Over
-      # a whole decode no order holds: the calls then start at other
-      # positions, where the drafts differ.)
+      # The argmax chain is one of a static tree's paths: from the prompt,
+      # the tree's first call accepts no fewer tokens than the chain's.
+      # (Over a whole decode no order holds: the calls then start at other
+      # positions, where the drafts differ. A dynamic tree keeps its most
+      # probable nodes, which need not hold the chain.)
+      if isinstance(widths, str):
+        return
       decoder = generate.Decoder(model, draft_vocab=draft_vocab)
       first = [decoder.decode(inputs, DecodeOptions(max_len=16, k=k,
                                                     tree=drafts),
@@ -481,9 +488,11 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
       # The new drafters and bases verified as trees too.
       if ':' in head_layer or head_layer == 'block_corrected' or (
           architecture != 'paper'):
-        tree = Tree.from_widths((2, 2), k - 1)
-        assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
-            model, inputs, k=k, max_len=20, tree=tree))
+        for tree in (Tree.from_widths((2, 2), k - 1),
+                     DynamicTree(size=8, depth=k - 1, top=2, frontier=2)):
+          assert_same_or_near_tie(model, inputs, reference,
+                                  generate.blockwise(model, inputs, k=k,
+                                                     max_len=20, tree=tree))
 
 
 @pytest.mark.parametrize('head_layer', HEAD_LAYERS)

@@ -524,6 +524,54 @@ def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
                           jnp.zeros((3,), jnp.int32), 3)
 
 
+@pytest.mark.parametrize('head_layer, drafter', [
+    ('sequential', {}), ('autoregressive', dict(draft_source='base')),
+    ('block_corrected', {}),
+    pytest.param('autoregressive', dict(**llama_like.QWEN2,
+                                        draft_feature_layers=(0,)),
+                 marks=pytest.mark.slow)])
+def test_a_tree_grown_level_by_level_drafts_each_leaf_as_its_chain(
+    head_layer, drafter):
+  """draft_tree drafts each node once, a level's nodes in one step: every
+  node's logits are those of a chain draft made along its path (the draft
+  layer's nodes attending to their own path's entries, not their
+  siblings')."""
+  from bpd_jax.decoding import tree as tree_lib  # pylint: disable=g-import-not-at-top
+  from bpd_jax.decoding import tree_growth  # pylint: disable=g-import-not-at-top
+  model = Transformer(TransformerConfig(**{
+      **TINY, 'num_proposal_heads': 4, 'dropout_rate': 0.0,
+      'head_layer': head_layer, **drafter}), rngs=nnx.Rngs(0))
+  vocab = TINY['vocab_size']
+  rng = np.random.default_rng(1)
+  source = jnp.asarray(rng.integers(3, vocab, (3, 5)))
+  inputs = jnp.asarray(rng.integers(3, vocab, (3, 12)))
+  features = model.run(source, inputs).features
+  cache = model.init_cache(3, 20, source)
+  args = (features[:, :6], inputs[:, 1:7], jnp.zeros((3,), jnp.int32),
+          jnp.full((3,), 3))
+  tree = tree_lib.Tree.from_widths((2, 3, 1), 3)
+  logits_of = {}
+
+  def choose(level, logits, count):
+    tokens, drawn = tree_growth.greedy_children(level, logits, count)
+    logits_of[level] = logits
+    return tokens, drawn
+
+  growth = tree_growth.StaticGrowth(tree, choose)
+  model.draft_tree(cache, *args, growth.grow, 4)
+  block = growth.block(inputs[:, 4])
+  node_logits = growth.node_logits()
+  for leaf in tree.leaves:
+    def ranked(index, logits, leaf=leaf):
+      return jax.lax.top_k(logits, leaf[index] + 1)[1][:, leaf[index]]
+    chain, logits, _ = model.draft(cache, *args, ranked, 4)
+    nodes = [tree.paths.index(leaf[:d]) + 1 for d in range(1, 4)]
+    np.testing.assert_array_equal(block.tokens[:, nodes], chain)
+    np.testing.assert_allclose(node_logits[:, nodes], logits, rtol=1e-4,
+                               atol=1e-4)
+  assert set(logits_of) == {0, 1, 2}
+
+
 @pytest.mark.parametrize('encoder_layers, fields', [
     # The encoder-decoder's trees: slow here, by default in
     # tests/test_generate.py's exact tree property and head-layer cases.

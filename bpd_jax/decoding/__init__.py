@@ -26,10 +26,10 @@ from bpd_jax.decoding.lookup import Lookup
 from bpd_jax.decoding.options import DecodeOptions
 from bpd_jax.decoding.refine import Refinement
 from bpd_jax.decoding.sampler import Sampler
-from bpd_jax.decoding.tree import Tree
+from bpd_jax.decoding.tree import DynamicTree, Tree
 from bpd_jax.decoding.types import DecodeResult, DecodingFns
 
 __all__ = ['Criterion', 'DecodeOptions', 'DecodeResult', 'DecodingFns',
-           'Distance', 'Exact', 'Lookup', 'Refinement', 'Sampler', 'TopK', 'Tree',
+           'Distance', 'DynamicTree', 'Exact', 'Lookup', 'Refinement', 'Sampler', 'TopK', 'Tree',
            'Typical',
            'blockwise_decode', 'from_spec', 'sampling']

@@ -33,7 +33,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import lookup as lookup_lib
@@ -41,6 +40,7 @@ from bpd_jax.decoding import options as options_lib
 from bpd_jax.decoding import refine as refine_lib
 from bpd_jax.decoding import steps
 from bpd_jax.decoding import tree as tree_lib
+from bpd_jax.decoding import tree_growth
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 from bpd_jax.infra import ops
 
@@ -281,48 +281,14 @@ def _lookup_drafts(lookup, ngram, prompt, prompt_lengths, fns, cache,
 
 def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
                  tokens, lengths, *, k) -> tuple[tree_lib.TreeBlock, Cache]:
-  """The static tree's nodes after the last accepted token (arguments as
-  `_plain_draft`'s).
-
-  One-pass drafters: each node's token is its rank in its head's top t.
-  Heads that read each other's proposals: one draft per leaf, each head
-  choosing the leaf's rank at its depth (argmax below it), the nodes the
-  leaves share drafted once per leaf, alike.
-  """
+  """The tree's nodes after the last accepted token, grown level by level
+  (`tree_growth.py`): a static `Tree`'s ranks, or a `DynamicTree` made
+  from the drafter's confidence. Arguments as `_plain_draft`'s."""
   del tokens, lengths
-  token = ops.take_at(next_tokens, last)
-  head = np.array([len(path) - 1 for path in tree.paths])  # Proposal index.
-  if fns.draft is None:
-    logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
-                                        last)
-    _, top = jax.lax.top_k(logits, tree.top_t)  # [batch, k - 1, t]
-    rank = np.array([path[-1] for path in tree.paths])
-    nodes = top[:, head, rank]  # [batch, size - 1]
-  else:
-    # A draft per leaf; each node's token from a leaf below it (the leaves
-    # that share it draft it alike).
-    leaves = tree.leaves
-    drafts = []
-    for leaf in leaves:
-      ranks = leaf + (0,) * (k - 1 - len(leaf))
-      chosen, _, cache = steps.proposals(
-          fns, cache, features, next_tokens, start, last,
-          lambda index, logits, ranks=ranks: _ranked(logits, ranks[index]))
-      drafts.append(chosen)
-    drafts = jnp.stack(drafts, axis=1)  # [batch, leaves, k - 1]
-    below = [next(i for i, leaf in enumerate(leaves)
-                  if leaf[:len(path)] == path) for path in tree.paths]
-    nodes = drafts[:, np.array(below), head]
-  tokens = jnp.concatenate([token[:, None], nodes.astype(token.dtype)],
-                           axis=1)
-  return tree.layout(token.shape[0], tokens), cache
-
-
-def _ranked(logits: jax.Array, rank: int) -> jax.Array:
-  """[..., vocab] -> [...] the token of that rank (0: the argmax)."""
-  if rank == 0:
-    return ops.argmax(logits)
-  return jax.lax.top_k(logits, rank + 1)[1][..., rank]
+  growth = tree_growth.growth(tree)
+  cache = tree_growth.grow(fns, growth, cache, features, next_tokens, start,
+                           last, k - 1)
+  return growth.block(ops.take_at(next_tokens, last)), cache
 
 
 def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,

@@ -62,9 +62,10 @@ class DecodeOptions:
       rule (criterion Exact: the base model's distribution) or typical
       acceptance (Typical) otherwise; None, or temperature 0: greedy.
       Its numbers are traced, not part of the compilation key.
-    tree: a static tree of the heads' candidates (`tree.Tree`, depth
-      k - 1), every node verified in one call; None: the heads' argmax,
-      one draft.
+    tree: a tree of the heads' candidates of depth k - 1, every node
+      verified in one call: static (`tree.Tree`) or made each call from
+      the drafter's confidence (`tree.DynamicTree`); None: the heads'
+      argmax, one draft.
     lookup: drafts that need no training (`lookup.Lookup`: prompt lookup
       or an n-gram model), alone or beside the heads; None: the model's
       drafter alone.
@@ -75,7 +76,7 @@ class DecodeOptions:
   min_block: int = 1
   refinement: refine_lib.Refinement | None = None
   sampler: sampler_lib.Sampler | None = None
-  tree: tree_lib.Tree | None = None
+  tree: tree_lib.Tree | tree_lib.DynamicTree | None = None
   lookup: lookup_lib.Lookup | None = None
 
   def __post_init__(self):
@@ -101,8 +102,9 @@ class DecodeOptions:
       window: the neural rescorer's window, for a 'neural' refinement.
       sampler: '' (argmax) or a `sampler.Sampler.from_spec` spec, e.g.
         'temperature=0.7,top_p=0.9'.
-      tree: '' (one draft) or the widths of a tree of depth k - 1
-        (`tree.Tree.from_spec`), e.g. '2,2'.
+      tree: '' (one draft), the widths of a tree of depth k - 1
+        (`tree.Tree.from_spec`), e.g. '2,2', or a dynamic tree of N nodes,
+        'dynamic:64'.
       drafter: '' or 'heads' (the model's drafter), or a drafter that
         needs no training (`lookup.Lookup.from_spec`), e.g. 'lookup',
         'lookup:min=3,heads=tree', 'ngram'.
@@ -280,8 +282,9 @@ class DecodeOptions:
           f'decode them without a refinement.')
 
   def _check_tree(self, vocab_size: int) -> None:
-    if not isinstance(self.tree, tree_lib.Tree):
-      raise ValueError(f'tree={self.tree!r} is not a decoding.Tree.')
+    if not isinstance(self.tree, (tree_lib.Tree, tree_lib.DynamicTree)):
+      raise ValueError(f'tree={self.tree!r} is not a decoding.Tree or '
+                       f'DynamicTree.')
     if self.tree.depth != self.k - 1:
       raise ValueError(f'a tree of depth {self.tree.depth} verifies '
                        f'{self.tree.depth + 1} tokens a call: k must be '

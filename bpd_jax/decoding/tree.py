@@ -144,8 +144,11 @@ class Tree:
     return cls(tuple(paths))
 
   @classmethod
-  def from_spec(cls, spec: str, depth: int) -> 'Tree':
-    """'W1,W2,...': `from_widths` (configs, flags)."""
+  def from_spec(cls, spec: str, depth: int) -> 'Tree | DynamicTree':
+    """'W1,W2,...': `from_widths`; 'dynamic:N[,top=T,frontier=W]': a
+    `DynamicTree` (configs, flags)."""
+    if spec.startswith('dynamic'):
+      return DynamicTree.from_spec(spec, depth)
     try:
       widths = tuple(int(w) for w in spec.split(','))
     except ValueError:
@@ -237,6 +240,101 @@ class Tree:
     probabilities = np.asarray(probabilities, np.float64)
     return 1.0 + sum(math.prod(probabilities[j, r] for j, r in enumerate(p))
                      for p in self.paths)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicTree:
+  """A tree made anew at each call from the drafter's own confidence
+  (EAGLE-2, Li et al. 2024); hashable: a compilation key.
+
+  The shapes are fixed, the nodes are not. From the root, level by level
+  down to `depth`, the `frontier` most probable nodes of the level (by
+  path probability: the product of the drafter's probabilities along the
+  path, an estimate of the chance the verifier accepts it) are expanded
+  into their `top` most likely children each; of every node drafted, the
+  `size` - 1 most probable are kept (a child is never more probable than
+  its parent, so every kept node's parent is kept). Each example makes its
+  own tree, with its own tree attention mask. `tree_growth.py` grows it.
+
+  Attributes:
+    size: N, nodes scored per call, the root included: 2 to `MAX_NODES`.
+    depth: the most proposals on a path (k - 1).
+    top: children drafted per expanded node.
+    frontier: nodes expanded per level (the drafter's batch of nodes at
+      each level for a drafter whose heads read each other's proposals).
+  """
+  size: int
+  depth: int
+  top: int = 8
+  frontier: int = 8
+
+  def __post_init__(self):
+    for name in ('size', 'depth', 'top', 'frontier'):
+      value = getattr(self, name)
+      if not numeric.is_integer(value) or value < 1:
+        raise ValueError(f'dynamic tree {name}={value!r} must be an '
+                         f'integer >= 1.')
+      object.__setattr__(self, name, int(value))
+    if self.size < 2:
+      raise ValueError(f'a tree of {self.size} nodes has no proposal.')
+    check_size(self.size)
+    if self.size - 1 > self.drafted:
+      raise ValueError(
+          f'a dynamic tree of {self.size} nodes keeps more nodes than its '
+          f'depth {self.depth}, top {self.top} and frontier {self.frontier} '
+          f'draft ({self.drafted}): a larger top or frontier, or fewer '
+          f'nodes.')
+
+  @classmethod
+  def from_spec(cls, spec: str, depth: int) -> 'DynamicTree':
+    """'dynamic:N' or 'dynamic:N,top=T,frontier=W' (defaults 8, 8)."""
+    head, _, rest = spec.partition(':')
+    items = rest.split(',') if rest else []
+    fields = {}
+    try:
+      if head != 'dynamic' or not items:
+        raise ValueError
+      fields['size'] = int(items[0])
+      for item in items[1:]:
+        key, equals, value = item.partition('=')
+        if not equals or key not in ('top', 'frontier') or key in fields:
+          raise ValueError
+        fields[key] = int(value)
+    except ValueError:
+      raise ValueError(f'tree {spec!r} is not "dynamic:N" or '
+                       f'"dynamic:N,top=T,frontier=W".') from None
+    return cls(depth=depth, **fields)
+
+  @property
+  def widths(self) -> tuple[int, ...]:
+    """Nodes expanded at each level, the root's (1) first: depth values."""
+    widths = [1]
+    for _ in range(self.depth - 1):
+      widths.append(min(self.frontier, widths[-1] * self.top))
+    return tuple(widths)
+
+  @property
+  def drafted(self) -> int:
+    """Nodes drafted per call below the root, before the rerank keeps
+    `size` - 1 of them."""
+    return sum(width * self.top for width in self.widths)
+
+  @property
+  def top_t(self) -> int:
+    """Candidates read per expanded node."""
+    return self.top
+
+  @property
+  def is_chain(self) -> bool:
+    return False
+
+  @property
+  def spec(self) -> str:
+    """The string `from_spec` reads back (defaults left out)."""
+    extra = ''.join(f',{name}={getattr(self, name)}'
+                    for name in ('top', 'frontier')
+                    if getattr(self, name) != 8)
+    return f'dynamic:{self.size}{extra}'
 
 
 @jax.tree_util.register_dataclass

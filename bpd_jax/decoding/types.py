@@ -44,6 +44,16 @@ class DecodingFns(NamedTuple):
       values) under the same rule. The logits are what each proposal was
       chosen from. None: the heads draft in one pass
       (`proposal_logits`).
+    draft_tree: with `draft`: (cache, features, next_tokens, start,
+      last, grow) -> cache. The model grows a tree of drafts after
+      position `last` level by level (`tree_growth.py`), each node
+      drafted once: at level 0 (the root, head 1's token) to k - 2 it
+      calls grow(level, logits [batch, W, vocab]) with the logits of the
+      children of each of the level's W nodes, and grow returns (tokens
+      [batch, W'], parents [batch, W']), the next level's nodes and their
+      parents' places among the W, which it drafts after next; it may keep
+      state of its own in the cache under the same rule. None: `draft`
+      alone (no tree of a dependent drafter).
     extend_tree: (cache, tokens [batch, N], start [batch], depths
       [batch, N], ancestors [batch, N, N]) -> (features [batch, N, ...],
       cache). Scores a token tree (`tree.py`): node 0 is the last accepted
@@ -62,6 +72,7 @@ class DecodingFns(NamedTuple):
   next_token_logits: Callable[[Any], jax.Array]
   proposal_logits: Callable[..., tuple[jax.Array, Cache]] | None = None
   draft: Callable[..., tuple[jax.Array, jax.Array, Cache]] | None = None
+  draft_tree: Callable[..., Cache] | None = None
   extend_tree: Callable[..., tuple[Any, Cache]] | None = None
   commit: Callable[[Cache, jax.Array, jax.Array], Cache] | None = None
 

@@ -139,6 +139,41 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
                        jnp.stack(own_values).astype(q.dtype)))
 
 
+def attend_with_node_entries(q: jax.Array, keys: jax.Array,
+                             values: jax.Array, mask: jax.Array,
+                             node_keys: jax.Array, node_values: jax.Array,
+                             node_mask: jax.Array) -> jax.Array:
+  """Attention over a cache plus the entries of a tree's nodes.
+
+  What a drafter's step attends to when it drafts a token tree level by
+  level: the committed cache positions `mask` lets each query see, and
+  the nodes on its own path (its ancestors and itself), whose entries are
+  kept apart from the cache since sibling branches sit at the same
+  positions.
+
+  Args:
+    q: [batch, W, heads, head_dim] the queries of a level's nodes.
+    keys, values: [batch, S, heads, head_dim] the cache's entries.
+    mask: [batch, 1, W or 1, S] bool, True where a query sees a cache
+      entry.
+    node_keys, node_values: [batch, M, heads, head_dim] the entries of the
+      nodes drafted so far, this level's included.
+    node_mask: [batch, W, M] bool, True on each query's own path.
+
+  Returns:
+    [batch, W, heads, head_dim] attended values.
+  """
+  all_keys = jnp.concatenate([keys.astype(q.dtype),
+                              node_keys.astype(q.dtype)], axis=1)
+  all_values = jnp.concatenate([values.astype(q.dtype),
+                                node_values.astype(q.dtype)], axis=1)
+  return jax.nn.dot_product_attention(
+      q, all_keys, all_values,
+      mask=jnp.concatenate([jnp.broadcast_to(
+          mask, node_mask.shape[:1] + (1,) + node_mask.shape[1:2]
+          + mask.shape[-1:]), node_mask[:, None]], axis=-1))
+
+
 class _Projections(nnx.Module):
   """Shared shape logic: [..., heads * head_dim] <-> [..., heads, head_dim].
 

@@ -464,6 +464,28 @@ class Transformer(nnx.Module):
     proposals, logits, draft = self.heads.draft_tokens(view, choose, k)
     return proposals, logits, dataclasses.replace(cache, draft=draft)
 
+  def draft_tree(self, cache: DecodeCache, features: jax.Array,
+                 next_tokens: jax.Array, start: jax.Array, last: jax.Array,
+                 grow, k: int, weights: DecodingWeights | None = None):
+    """A tree of drafts grown level by level, each node drafted once (a
+    dependent drafter): `DecodingFns.draft_tree`.
+
+    Args:
+      cache, features, next_tokens, start, last, k, weights: as `draft`'s.
+      grow: (level, logits [batch, W, vocab_size]) -> (tokens [batch, W'],
+        parents [batch, W']): picks the children of the level's W nodes
+        and says which the drafter expands next (`decoding/tree_growth.py`).
+
+    Returns:
+      The updated cache.
+    """
+    if weights is None:
+      weights = self.decoding_weights(k)
+    view = self._decode_view(cache, features, next_tokens, start, last,
+                             weights)
+    draft = self.heads.draft_tree(view, grow, k - 1)
+    return dataclasses.replace(cache, draft=draft)
+
   # --- Full-sequence passes (training and scoring).
 
   def encode(self, source: jax.Array, dropout_rngs: nnx.Rngs | None = None):

@@ -284,3 +284,25 @@ class Drafter(nnx.Module):
     """
     raise TypeError(f'{type(self).__name__} drafts in one pass: call '
                     f'proposal_states.')
+
+  def draft_tree(self, view: DecodeView, grow, depth: int):
+    """Dependent drafters: a tree of drafts grown level by level, each
+    node drafted once (`decoding/tree_growth.py`).
+
+    Level 0 is the root (head 1's token after the last accepted
+    position); at each level the drafter gives the logits of the children
+    of every node the last `grow` returned (the root alone at level 0),
+    as its chain draft would after that node's path.
+
+    Args:
+      view: what the call scored.
+      grow: (level, logits [batch, W, vocab]) -> (tokens [batch, W'],
+        parents [batch, W']): the next level's nodes to expand and their
+        parents' places among the W.
+      depth: levels (k - 1).
+
+    Returns:
+      The updated cache of its own.
+    """
+    raise TypeError(f'{type(self).__name__} drafts in one pass: its '
+                    f'logits serve every node of a level.')

@@ -266,6 +266,18 @@ class CorrectedBlockDrafter(BlockDrafter):
       proposals.append(previous)
     return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
 
+  def draft_tree(self, view, grow, depth):
+    # The block's states come from one pass; a node's children read its
+    # token through the correction.
+    states, cache = self.proposal_states(view, depth + 1)
+    tokens = ops.take_at(view.next_tokens, view.last)[:, None]
+    for level in range(depth):
+      embeds = view.embed(tokens)  # [batch, W, d_model]
+      corrected = self.correction(
+          jnp.broadcast_to(states[:, level, None], embeds.shape), embeds)
+      tokens, _ = grow(level, view.project(corrected))
+    return cache
+
 
 class Correction(nnx.Module):
   """s + FFN([s; e]): a state corrected by the embedding of the token

@@ -259,6 +259,47 @@ class DraftLayer(nnx.Module):
     out = self._apply(features, next_embeds, attend, source)
     return out, dataclasses.replace(cache, attention=entries['cache'])
 
+  def tree_level(self, cache: DraftCache, features: jax.Array,
+                 next_embeds: jax.Array, committed: jax.Array,
+                 nodes: attention.KVCache | None, paths: jax.Array,
+                 source: base.DraftSource | None = None
+                 ) -> tuple[jax.Array, attention.KVCache]:
+    """One level of a token tree drafted at once: what `extend` computes
+    for each node after its own path, without writing the cache (sibling
+    branches sit at the same positions).
+
+    Args:
+      cache: the layer's cache; entries at positions <= committed are
+        read.
+      features: [batch, W, d_model] each node's input: its parent's g.
+      next_embeds: [batch, W, d_model] the embedding of each node's token.
+      committed: [batch] the last accepted position (the root's).
+      nodes: the entries of the nodes drafted before this level,
+        [batch, M, heads, head_dim] (None: none yet).
+      paths: [batch, W, M + W] bool: the nodes each one attends to, its
+        ancestors below the root and itself (this level's nodes last).
+
+    Returns:
+      ([batch, W, d_model] g at each node, the node entries with this
+      level's appended).
+    """
+    entries = {}
+    positions = jnp.arange(cache.attention.key.shape[1])
+    mask = (positions[None, :] <= committed[:, None])[:, None, None, :]
+
+    def attend(y):
+      q, k, v = self.attention.project(y)
+      if nodes is not None:
+        k = jnp.concatenate([nodes.key, k.astype(nodes.key.dtype)], axis=1)
+        v = jnp.concatenate([nodes.value, v.astype(nodes.value.dtype)],
+                            axis=1)
+      entries['nodes'] = attention.KVCache(k, v)
+      return self.attention.output(attention.attend_with_node_entries(
+          q, cache.attention.key, cache.attention.value, mask, k, v, paths))
+
+    out = self._apply(features, next_embeds, attend, source)
+    return out, entries['nodes']
+
 
 class AutoregressiveDrafter(base.Drafter):
   """The draft layer as a drafter: heads 2..k are its drafting steps 1..k-1
@@ -340,6 +381,35 @@ class AutoregressiveDrafter(base.Drafter):
             view.start + view.last + 1 + index, source)
         state = state[:, 0]
     return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), cache
+
+  def draft_tree(self, view, grow, depth):
+    # The scored positions' entries, as for a chain; the nodes' own
+    # entries are kept apart (`DraftLayer.tree_level`).
+    layer, source = self.draft, view.source
+    states, cache = layer.extend(view.cache,
+                                 layer.base_features(view.features),
+                                 view.embed(view.next_tokens), view.start,
+                                 source)
+    states = ops.take_at(states, view.last)[:, None]  # The root's g.
+    committed = view.start + view.last
+    nodes, paths = None, None  # paths: [batch, W, M] each node's own.
+    for level in range(depth):
+      tokens, parents = grow(level, view.project(states))
+      if level + 1 == depth:
+        break
+      width = tokens.shape[1]
+      own = jnp.broadcast_to(jnp.eye(width, dtype=bool),
+                             (tokens.shape[0], width, width))
+      if paths is None:
+        paths = own
+      else:
+        paths = jnp.concatenate(
+            [jnp.take_along_axis(paths, parents[..., None], axis=1), own],
+            axis=2)
+      states, nodes = layer.tree_level(
+          cache, jnp.take_along_axis(states, parents[..., None], axis=1),
+          view.embed(tokens), committed, nodes, paths, source)
+    return cache
 
 
 def feature_loss(states: jax.Array, first: int, hidden: jax.Array,

@@ -105,3 +105,16 @@ class SequentialHeads(base.Drafter):
       previous = choose(index, logits[-1])
       proposals.append(previous)
     return jnp.stack(proposals, axis=1), jnp.stack(logits, axis=1), view.cache
+
+  def draft_tree(self, view, grow, depth):
+    root = ops.take_at(view.next_tokens, view.last)
+    states = self.step(view.weights, 0, view.last_hidden,
+                       view.embed(root))[:, None]
+    for level in range(depth):
+      tokens, parents = grow(level, view.project(states))
+      if level + 1 < depth:
+        states = self.step(
+            view.weights, level + 1,
+            jnp.take_along_axis(states, parents[..., None], axis=1),
+            view.embed(tokens))
+    return view.cache

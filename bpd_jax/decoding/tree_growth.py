@@ -1,0 +1,232 @@
+"""Growing a call's token tree level by level, each node drafted once.
+
+A tree of drafts (`tree.Tree`, a static shape; `tree.DynamicTree`, made
+anew each call) is grown from the root, the last accepted token, one level
+at a time. At level d the drafter gives the distribution of the children
+of each of the level's expanded nodes, [batch, W_d, vocab]; a `Growth`
+picks their tokens and says which of them the drafter expands next (their
+parents among the W_d). So a drafter whose heads read each other's
+proposals (sequential heads, the draft layer) drafts each node once, a
+level's nodes in one batched step (`DecodingFns.draft_tree`), however many
+leaves share it; a one-pass drafter's distributions depend on the depth
+alone, so its [batch, 1, vocab] at each depth serves every node there.
+
+- `StaticGrowth`: a `Tree`'s nodes, each the r-th candidate of its parent
+  (the r-th most likely token; sampling: the r-th draw without
+  replacement).
+- `DynamicGrowth`: EAGLE-2's expand and rerank (Li et al. 2024): the
+  `frontier` nodes of highest path probability at each level expanded
+  into their `top` children each, then the `size` - 1 most probable nodes
+  of all kept, per example.
+
+Both end in a `tree.TreeBlock` (`block`), verified and committed as every
+tree is (`tree.verify`, `DecodingFns.commit`).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpd_jax.decoding import tree as tree_lib
+from bpd_jax.decoding.types import Cache, DecodingFns
+
+
+def greedy_children(level: int, logits: jax.Array, count: int):
+  """The `count` most likely children of each node: ([batch, W, count]
+  tokens, in rank order; [batch, W, count] bool, all True)."""
+  del level
+  _, top = jax.lax.top_k(logits, count)
+  return top.astype(jnp.int32), jnp.ones(top.shape, bool)
+
+
+class StaticGrowth:
+  """A `Tree`'s nodes grown level by level.
+
+  Args:
+    tree: the static tree.
+    choose: (level, logits [batch, W, vocab], count) -> (tokens [batch, W,
+      count], drawn [batch, W, count] bool): the first `count` candidates
+      of each expanded node, in rank order, False where a candidate could
+      not be drawn (no probability left); `greedy_children` or a sampler's
+      draws without replacement.
+  """
+
+  def __init__(self, tree: tree_lib.Tree, choose=greedy_children):
+    self.tree, self.choose = tree, choose
+    index = {path: i + 1 for i, path in enumerate(tree.paths)}
+    inner = {path[:-1] for path in tree.paths}
+    # Per level d: the nodes it expands (depth d, with children; the root
+    # at level 0), and the children (depth d + 1) with their parent's
+    # place among the expanded nodes and their rank.
+    self.expanded, self.children = [[()]], []
+    for depth in range(1, tree.depth + 1):
+      level = [path for path in tree.paths if len(path) == depth]
+      place = {path: i for i, path in enumerate(self.expanded[-1])}
+      self.children.append((np.array([index[path] for path in level]),
+                            np.array([place[path[:-1]] for path in level]),
+                            np.array([path[-1] for path in level])))
+      self.expanded.append([path for path in level if path in inner])
+    self.tokens = {}  # Node id -> [batch] token.
+    self.drawn = {}  # Node id -> [batch] bool.
+    self.log_q = {}  # Node id -> [batch, vocab] what it was chosen from.
+
+  def grow(self, level: int, logits: jax.Array):
+    """Picks the children of level `level`'s expanded nodes.
+
+    Args:
+      level: 0 (the root) to depth - 1.
+      logits: [batch, W, vocab] the drafter's logits of the children of
+        each expanded node (W: the level's expanded nodes, or 1 for a
+        one-pass drafter, whose distribution serves every node).
+
+    Returns:
+      (tokens [batch, W'], parents [batch, W']): the next level's expanded
+      nodes and their places among this level's (W' may be 0).
+    """
+    ids, parents, ranks = self.children[level]
+    count = int(ranks.max()) + 1
+    chosen, drawn = self.choose(level, logits, count)
+    source = parents if logits.shape[1] > 1 else np.zeros_like(parents)
+    tokens = chosen[:, source, ranks]
+    drawn = drawn[:, source, ranks]
+    for column, node in enumerate(ids):
+      self.tokens[int(node)] = tokens[:, column]
+      self.drawn[int(node)] = drawn[:, column]
+      self.log_q[int(node)] = logits[:, source[column]]
+    following = self.expanded[level + 1]
+    place = {int(node): column for column, node in enumerate(ids)}
+    path_id = {path: i + 1 for i, path in enumerate(self.tree.paths)}
+    columns = np.array([place[path_id[path]] for path in following],
+                       np.int32)
+    batch = logits.shape[0]
+    return (tokens[:, columns],
+            jnp.broadcast_to(jnp.asarray(parents[columns], jnp.int32),
+                             (batch, len(following))))
+
+  def block(self, root: jax.Array) -> tree_lib.TreeBlock:
+    """The grown tree after the root token [batch]."""
+    nodes = range(1, self.tree.size)
+    tokens = jnp.stack([root] + [self.tokens[i].astype(root.dtype)
+                                 for i in nodes], axis=1)
+    block = self.tree.layout(root.shape[0], tokens)
+    drawn = jnp.stack([jnp.ones_like(root, bool)]
+                      + [self.drawn[i] for i in nodes], axis=1)
+    return tree_lib.TreeBlock(tokens=block.tokens, parents=block.parents,
+                              depths=block.depths, valid=block.valid & drawn,
+                              ancestors=block.ancestors)
+
+  def node_logits(self) -> jax.Array:
+    """[batch, N, vocab] the logits each node was chosen from (node 0's:
+    a copy of node 1's, unread)."""
+    nodes = [self.log_q[i] for i in range(1, self.tree.size)]
+    return jnp.stack(nodes[:1] + nodes, axis=1)
+
+
+class DynamicGrowth:
+  """EAGLE-2's expand and rerank over a `DynamicTree`, per example."""
+
+  def __init__(self, tree: tree_lib.DynamicTree):
+    self.tree = tree
+    self.widths = tree.widths + (0,)
+    # The pool of drafted nodes, level by level: [batch, n] each.
+    self.pool_tokens, self.pool_parents, self.pool_scores = [], [], []
+    self.pool_depths = []
+    self.frontier_scores = None  # [batch, W] path log-probabilities.
+    self.frontier_ids = None  # [batch, W] their pool ids (-1: the root).
+    self.size = 0
+
+  def grow(self, level: int, logits: jax.Array):
+    """Expands level `level`'s frontier into `top` children each and
+    picks the next frontier (arguments and return as
+    `StaticGrowth.grow`)."""
+    batch, width = logits.shape[0], self.widths[level]
+    if level == 0:
+      self.frontier_scores = jnp.zeros((batch, 1), jnp.float32)
+      self.frontier_ids = jnp.full((batch, 1), -1, jnp.int32)
+    top = self.tree.top
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    child_scores, child_tokens = jax.lax.top_k(log_probs, top)
+    shape = (batch, width, top)
+    child_scores = jnp.broadcast_to(child_scores, shape)
+    child_tokens = jnp.broadcast_to(child_tokens, shape)
+    scores = (self.frontier_scores[:, :, None] + child_scores).reshape(
+        batch, width * top)
+    self.pool_tokens.append(child_tokens.reshape(batch, width * top))
+    self.pool_parents.append(jnp.repeat(self.frontier_ids, top, axis=1))
+    self.pool_scores.append(scores)
+    self.pool_depths.append(np.full(width * top, level + 1, np.int32))
+    first = self.size
+    self.size += width * top
+    following = self.widths[level + 1]
+    if not following:
+      return (jnp.zeros((batch, 0), jnp.int32),
+              jnp.zeros((batch, 0), jnp.int32))
+    self.frontier_scores, kept = jax.lax.top_k(scores, following)
+    self.frontier_ids = (first + kept).astype(jnp.int32)
+    tokens = jnp.take_along_axis(self.pool_tokens[-1], kept, axis=1)
+    return tokens.astype(jnp.int32), (kept // top).astype(jnp.int32)
+
+  def block(self, root: jax.Array) -> tree_lib.TreeBlock:
+    """The `size` - 1 most probable drafted nodes under the root token
+    [batch], in the order they were drafted (each parent before its
+    children)."""
+    tokens = jnp.concatenate(self.pool_tokens, axis=1)
+    parents = jnp.concatenate(self.pool_parents, axis=1)
+    scores = jnp.concatenate(self.pool_scores, axis=1)
+    depths = np.concatenate(self.pool_depths)
+    keep = self.tree.size - 1
+    # Stable: of equal path probabilities the earlier drafted node first,
+    # so a parent (drafted before its children, never less probable) is
+    # kept before them.
+    chosen = jnp.sort(jnp.argsort(-scores, axis=1, stable=True)[:, :keep],
+                      axis=1)
+    batch, rows = root.shape[0], jnp.arange(root.shape[0])[:, None]
+    # Pool id -> node (1..keep); the root's pool id is -1, its node 0.
+    node_of = jnp.zeros((batch, self.size + 1), jnp.int32).at[
+        rows, chosen + 1].set(jnp.arange(1, keep + 1, dtype=jnp.int32))
+    node_parents = jnp.take_along_axis(
+        node_of, jnp.take_along_axis(parents, chosen, axis=1) + 1, axis=1)
+    take = lambda values: jnp.take_along_axis(values, chosen, axis=1)
+    zero = jnp.zeros((batch, 1), jnp.int32)
+    parents = jnp.concatenate([zero, node_parents], axis=1)
+    return tree_lib.TreeBlock(
+        tokens=jnp.concatenate([root[:, None],
+                                take(tokens).astype(root.dtype)], axis=1),
+        parents=parents,
+        depths=jnp.concatenate([zero, jnp.asarray(depths)[chosen]], axis=1),
+        valid=jnp.concatenate([jnp.ones((batch, 1), bool),
+                               take(scores) > -jnp.inf], axis=1),
+        ancestors=tree_lib.ancestor_matrix(parents, self.tree.depth))
+
+
+def growth(tree, choose=greedy_children):
+  """The Growth of a Tree (`choose` picks its candidates) or of a
+  DynamicTree."""
+  if isinstance(tree, tree_lib.DynamicTree):
+    return DynamicGrowth(tree)
+  return StaticGrowth(tree, choose)
+
+
+def grow(fns: DecodingFns, growth_, cache: Cache, features: jax.Array,
+         next_tokens: jax.Array, start: jax.Array, last: jax.Array,
+         depth: int) -> Cache:
+  """Grows `growth_`'s tree after the last accepted position, to `depth`.
+
+  Args:
+    fns: the model's decoding functions: `draft_tree` for a drafter whose
+      heads read each other's proposals, else `proposal_logits`.
+    growth_: a `StaticGrowth` or `DynamicGrowth`, which keeps the nodes.
+    cache, features, next_tokens, start, last: as `steps.proposals`'.
+    depth: the tree's depth (k - 1).
+
+  Returns:
+    The cache (a drafter may keep entries of its own there).
+  """
+  if fns.draft_tree is not None:
+    return fns.draft_tree(cache, features, next_tokens, start, last,
+                          growth_.grow)
+  logits, cache = fns.proposal_logits(cache, features, next_tokens, start,
+                                      last)
+  for level in range(depth):
+    growth_.grow(level, logits[:, level:level + 1])
+  return cache
