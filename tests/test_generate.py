@@ -21,7 +21,7 @@ from bpd_jax import generate
 from bpd_jax.bench import near_ties
 from bpd_jax.infra import sharding
 from bpd_jax.decoding import (DecodeOptions, Distance, DynamicTree, Exact,
-                              Refinement, Sampler, TopK, Tree)
+                              Refinement, Sampler, TopK, Tree, Typical)
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.rescorers import ngram
@@ -634,8 +634,14 @@ def small_model():
     (dict(k=3, tree=Tree.from_widths((8,), 2)), 'top 8 tokens of a '
      'vocabulary of 7'),
     (dict(k=3, tree=Tree.chain(2), min_block=2), 'a tree has no one draft'),
-    (dict(k=3, tree=Tree.chain(2), sampler=Sampler(temperature=1.0)),
-     'a tree takes no sampling'),
+    (dict(k=3, tree=DynamicTree(size=4, depth=2, top=2),
+          sampler=Sampler(temperature=1.0)),
+     'a dynamic tree takes no sampling'),
+    (dict(k=3, tree=Tree.from_widths((2,), 2),
+          sampler=Sampler(temperature=1.0), criterion=Typical(0.3, 0.1)),
+     'a tree under sampling is verified by the rejection rule'),
+    (dict(k=3, tree=DynamicTree(size=4, depth=2, top=8)), 'top 8 tokens of '
+     'a vocabulary of 7'),
     (dict(k=3, tree=Tree.chain(2), refinement=Refinement(drafts=2, top_t=2)),
      'a tree takes no refinement'),
     # Bools are not numbers: each was taken as 1.

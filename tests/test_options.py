@@ -65,7 +65,8 @@ def test_bad_specs(spec, message):
     (dict(max_len=4, k=3, lookup=Lookup(), tree=Tree.from_widths((2,), 2)),
      "drafter 'lookup' takes no tree and no refinement"),
     (dict(max_len=4, k=3, lookup=Lookup(heads='tree'),
-          sampler=Sampler(1.0)), 'a tree takes no sampling'),
+          sampler=Sampler(1.0)),
+     "drafter 'lookup:heads=tree' takes no sampling"),
     (dict(max_len=4, k=3, lookup='lookup'), "lookup='lookup' is not a "
      'decoding.Lookup'),
     (dict(max_len=4, k=3, lookup=Lookup(min_ngram=0)),

@@ -482,3 +482,57 @@ def test_lookup_proposals_taken_for_draws_from_a_flat_q_fail_the_test(
   finally:
     monkeypatch.undo()
     jax.clear_caches()
+
+
+# --- Trees of drafts under sampling (recursive rejection sampling).
+
+TREES = {'2': (2,), '3,2': (3, 2), '2,1,2': (2, 1, 2)}
+
+
+@pytest.mark.parametrize('k,head_layer,widths,proposals', [
+    # Every drafter and tree shape once: one-pass (independent, block)
+    # and dependent (sequential, the draft layer, the corrected block
+    # drafter) drafters, drawn and argmax proposals.
+    (3, 'independent', '3,2', 'draw'), (4, 'autoregressive', '2,1,2', 'draw'),
+    (3, 'sequential@llama', '2', 'argmax'),
+    pytest.param(3, 'block', '3,2', 'argmax', marks=pytest.mark.slow),
+    pytest.param(4, 'sequential', '2,1,2', 'draw', marks=pytest.mark.slow),
+    pytest.param(3, 'block_corrected', '3,2', 'draw',
+                 marks=pytest.mark.slow),
+    pytest.param(3, 'joint', '2', 'draw', marks=pytest.mark.slow)])
+def test_samples_over_a_tree_have_the_base_models_distribution(
+    k, head_layer, widths, proposals):
+  model = tiny_model(head_layer)
+  tree = decoding.Tree.from_widths(TREES[widths][:k - 1], k - 1)
+  source = np.repeat(model_inputs(model), SAMPLES, axis=0)
+  for index, sampler in enumerate(SAMPLERS[:2]):
+    sampler = dataclasses.replace(sampler, proposals=proposals)
+    result = generate.blockwise(model, source, k=k, max_len=MAX_LEN,
+                                sampler=sampler, key=20 + index, tree=tree)
+    p_value = chi_square_p_value(outcomes(result),
+                                 exact_distribution(model, sampler))
+    assert p_value > ALPHA, (sampler, p_value)
+    assert float(result.mean_block_size) > 1.05, sampler
+
+
+def test_a_tree_whose_siblings_are_taken_for_independent_draws_fails(
+    monkeypatch):
+  # Siblings drawn without replacement, each verified against the whole
+  # q (as if drawn with replacement): the later ones are over-accepted.
+  from bpd_jax.decoding import tree_sampling  # pylint: disable=g-import-not-at-top
+  model = tiny_model('independent')
+  sampler = SAMPLERS[0]
+  exact = exact_distribution(model, sampler)
+  jax.clear_caches()
+  monkeypatch.setattr(tree_sampling, '_sibling_log_q',
+                      lambda log_q, removed: (log_q, jnp.ones(
+                          log_q.shape[:1], bool)))
+  try:
+    source = np.repeat(model_inputs(model), SAMPLES, axis=0)
+    result = generate.blockwise(model, source, k=3, max_len=MAX_LEN,
+                                sampler=sampler, key=20,
+                                tree=decoding.Tree.from_widths((4, 4), 2))
+    assert chi_square_p_value(outcomes(result), exact) < 1e-10
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()

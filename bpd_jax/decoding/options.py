@@ -261,9 +261,10 @@ class DecodeOptions:
                        f'has no draft to accept unverified; use '
                        f'min_block=1.')
     if self.sampling and self.lookup.heads == 'tree':
-      raise ValueError('a tree takes no sampling: sampled proposals are '
-                       'verified by the rejection rule one draft at a time '
-                       "(heads='fallback' samples with the heads).")
+      raise ValueError(f'drafter {self.lookup.spec!r} takes no sampling: '
+                       "its tree of the lookup's and the heads' drafts is "
+                       "verified by argmax (heads='fallback' samples with "
+                       'the heads).')
 
   def _check_refinement(self, vocab_size: int, dependent_heads: str) -> None:
     if self.sampling:
@@ -295,9 +296,14 @@ class DecodeOptions:
     if self.refinement is not None:
       raise ValueError('a tree takes no refinement: a refinement makes its '
                        'own tree of its drafts.')
-    if self.sampling:
-      raise ValueError('a tree takes no sampling: sampled proposals are '
-                       'verified by the rejection rule one draft at a time.')
+    if self.sampling and isinstance(self.tree, tree_lib.DynamicTree):
+      raise ValueError('a dynamic tree takes no sampling: it keeps the '
+                       'drafts its rerank favours, which are not draws the '
+                       'rejection rule knows; sample over a static tree '
+                       "(tree='2,2').")
+    if self.sampling and not isinstance(self.criterion, criteria_lib.Exact):
+      raise ValueError('a tree under sampling is verified by the rejection '
+                       "rule (criterion 'exact'), not typical acceptance.")
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampler_lib.Sampler):

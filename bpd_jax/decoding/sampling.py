@@ -75,7 +75,12 @@ from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding import options as options_lib
+from bpd_jax.decoding.rejection import (accepted_proposals, draw, point_mass,
+                                        residual_log_probs)
 from bpd_jax.decoding import steps
+from bpd_jax.decoding import tree as tree_lib
+from bpd_jax.decoding import tree_growth
+from bpd_jax.decoding import tree_sampling
 from bpd_jax.decoding.sampler import Sampler
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 from bpd_jax.infra import numeric
@@ -109,25 +114,6 @@ def _call_keys(keys: jax.Array, call: jax.Array, parts: int) -> jax.Array:
       jax.random.fold_in(key, call), parts))(keys)
 
 
-def _draw(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
-  """One token per distribution: keys [batch], log_probs [batch, ...,
-  vocab] -> [batch, ...] int32.
-
-  By the inverse of the cumulative distribution: one uniform draw per
-  token. jax.random.categorical's Gumbel noise needs one per vocabulary
-  entry, which costs about twice as much on a CPU.
-  """
-  probs = jnp.exp(log_probs)
-  cdf = jnp.cumsum(probs, axis=-1)
-  uniform = jax.vmap(lambda key: jax.random.uniform(key, probs.shape[1:-1]))(
-      keys)
-  # In (0, total]: the first token whose cumulative mass reaches it has
-  # positive probability.
-  target = (1.0 - uniform)[..., None] * cdf[..., -1:]
-  drawn = jnp.sum(cdf < target, axis=-1)
-  return jnp.minimum(drawn, probs.shape[-1] - 1).astype(jnp.int32)
-
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SampledBlock:
@@ -142,6 +128,23 @@ class SampledBlock:
       are verified).
   """
   tokens: jax.Array
+  log_q: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SampledTree:
+  """A sampled decode's next tree of drafts (`BlockwiseState.block`).
+
+  Attributes:
+    tree: the nodes; a node's children are its parent's first draws
+      without replacement from the drafter's q (argmax proposals: its
+      most likely tokens), in draw order.
+    log_q: [batch, N, vocab] the warped log-distribution each node was
+      drawn from (its parent's q; a point mass at the node's token for
+      argmax proposals); node 0's is unread.
+  """
+  tree: tree_lib.TreeBlock
   log_q: jax.Array
 
 
@@ -198,16 +201,26 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
       _proposals, fns, sampler, criterion,
       options.lookup if options.proposer == 'lookup' else None, ngram,
       prompt, prompt_lengths, k=k)
+  if options.proposer == 'tree':
+    if fns.extend_tree is None or fns.commit is None:
+      raise ValueError('several drafts a call need the model\'s '
+                       'extend_tree and commit (DecodingFns).')
+    propose = functools.partial(_tree_proposals, options.tree, fns, sampler,
+                                k=k)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
-      lambda logits: _draw(first_key, sampler.log_probs(logits)),
+      lambda logits: draw(first_key, sampler.log_probs(logits)),
       functools.partial(propose, keys=draft_key),
       k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
   state = SamplingState(inner, keys, jnp.ones((), jnp.int32))
-  step = functools.partial(
-      _sampling_step, fns, prompt_lengths, sampler, criterion, propose,
-      k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id,
-      may_be_empty=blockwise_lib.may_propose_nothing(options))
+  ids = dict(k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
+  if options.proposer == 'tree':
+    step = functools.partial(_tree_sampling_step, fns, prompt_lengths,
+                             sampler, propose, **ids)
+  else:
+    step = functools.partial(
+        _sampling_step, fns, prompt_lengths, sampler, criterion, propose,
+        may_be_empty=blockwise_lib.may_propose_nothing(options), **ids)
   return blockwise_lib.result(
       steps.run_loop(step, state, iterations).inner, max_len)
 
@@ -251,13 +264,6 @@ def _proposals(fns, sampler, criterion, lookup, ngram, prompt,
                       log_q), cache
 
 
-def point_mass(tokens: jax.Array, vocab_size: int) -> jax.Array:
-  """[..., vocab] the log-distribution of a point mass at each token
-  [...]: 0 there, -inf elsewhere."""
-  return jnp.where(jax.nn.one_hot(tokens, vocab_size, dtype=bool), 0.0,
-                   -jnp.inf)
-
-
 def _heads_proposals(fns, sampler, criterion, cache, features, next_tokens,
                      start, last, keys, token) -> tuple[SampledBlock, Cache]:
   """The heads' part of `_proposals`: the block after `token` [batch]."""
@@ -266,7 +272,7 @@ def _heads_proposals(fns, sampler, criterion, cache, features, next_tokens,
     choose = lambda index, logits: ops.argmax(logits)
   else:
     # Dependent heads draw position by position: each its own key.
-    choose = lambda index, logits: _draw(
+    choose = lambda index, logits: draw(
         keys if index == 0 else jax.vmap(jax.random.fold_in, (0, None))(
             keys, index), sampler.log_probs(logits))
   proposals, logits, cache = steps.proposals(
@@ -290,28 +296,64 @@ def proposal_log_q(sampler: Sampler, proposals: jax.Array,
   return sampler.log_probs(logits)
 
 
-def accepted_proposals(log_p_x, log_q_x, uniform) -> jax.Array:
-  """Speculative sampling's test, per proposal: accept x with probability
-  min(1, p(x) / q(x)).
+def _tree_proposals(tree, fns, sampler, cache, features, next_tokens, start,
+                    last, tokens, lengths, *, keys, k
+                    ) -> tuple[SampledTree, Cache]:
+  """The next tree of a static `tree.Tree` under sampling, grown level by
+  level (`tree_growth.py`): each node's children its first draws without
+  replacement from the warped drafter (`tree_sampling.draw_children`), or
+  its most likely tokens for argmax proposals (point masses). Arguments
+  as `_proposals`'."""
+  del tokens, lengths
+  argmax = sampler.proposals == 'argmax'
 
-  Args:
-    log_p_x: [..., n] log p of each proposal under the warped base.
-    log_q_x: [..., n] log q of it under the head it was drawn from.
-    uniform: [..., n] uniform draws in [0, 1).
+  def choose(level, logits, count):
+    if argmax:
+      return tree_growth.greedy_children(level, logits, count)
+    return tree_sampling.draw_children(
+        jax.vmap(jax.random.fold_in, (0, None))(keys, level),
+        sampler.log_probs(logits), count)
 
-  Returns:
-    [..., n] bool.
-  """
-  return jnp.log(uniform) < log_p_x - log_q_x
+  growth = tree_growth.StaticGrowth(tree, choose, draws=not argmax)
+  cache = tree_growth.grow(fns, growth, cache, features, next_tokens, start,
+                           last, k - 1)
+  block = growth.block(ops.take_at(next_tokens, last))
+  if argmax:
+    log_q = point_mass(block.tokens, growth.node_logits().shape[-1])
+  else:
+    log_q = sampler.log_probs(growth.node_logits())
+  return SampledTree(block, log_q), cache
 
 
-def residual_log_probs(log_p, log_q) -> jax.Array:
-  """log of max(0, p - q), normalised: where a rejected proposal's position
-  draws its token. Where p <= q everywhere (no rejection possible) p."""
-  residual = jnp.maximum(jnp.exp(log_p) - jnp.exp(log_q), 0.0)
-  total = residual.sum(axis=-1, keepdims=True)
-  return jnp.where(total > 0, jnp.log(residual / jnp.where(total > 0, total,
-                                                           1.0)), log_p)
+def _tree_sampling_step(fns, prompt_lengths, sampler, propose,
+                        state: SamplingState, *, k, max_len, end_ids,
+                        pad_id) -> SamplingState:
+  """One call over a tree: score every node, walk it by recursive
+  rejection sampling (`tree_sampling.verify`), move the accepted path's
+  cache entries into place, draw the next tree."""
+  inner = state.inner
+  tree = inner.block.tree
+  start = prompt_lengths + inner.lengths - 1
+  features, cache = fns.extend_tree(inner.cache, tree.tokens, start,
+                                    tree.depths, tree.ancestors)
+  log_p = sampler.log_probs(fns.next_token_logits(features))  # [b, N, V]
+  verify_key, draft_key = jnp.moveaxis(
+      _call_keys(state.keys, state.call, 2), 1, 0)
+  _, accepted, path, token = tree_sampling.verify(
+      verify_key, tree, log_p, inner.block.log_q, k - 1)
+  cache = fns.commit(cache, start, path)
+  rows = jnp.arange(path.shape[0])[:, None]
+  next_tokens = steps.block_next_tokens(tree.tokens[rows, path], accepted,
+                                        token)
+  tokens, lengths, done, count = blockwise_lib.append_accepted(
+      inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
+      pad_id=pad_id)
+  next_block, cache = propose(cache, features[rows, path], next_tokens,
+                              start, accepted, tokens, lengths,
+                              keys=draft_key)
+  inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
+                                next_block, cache, k)
+  return SamplingState(inner, state.keys, state.call + 1)
 
 
 def _sampling_step(fns, prompt_lengths, sampler, criterion, propose,
@@ -367,7 +409,7 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion, propose,
                         residual_log_probs(after, ops.take_at(draft_log_q,
                                                               slot)), after)
   # The token after the accepted proposals: one draw per example.
-  token = _draw(token_key, after)
+  token = draw(token_key, after)
   next_tokens = steps.block_next_tokens(block, accepted, token)
   tokens, lengths, done, count = blockwise_lib.append_accepted(
       inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,

@@ -49,9 +49,12 @@ class StaticGrowth:
       of each expanded node, in rank order, False where a candidate could
       not be drawn (no probability left); `greedy_children` or a sampler's
       draws without replacement.
+    draws: the candidates are draws: a node's children take its first
+      draws in their ranks' order, not the draws of their ranks.
   """
 
-  def __init__(self, tree: tree_lib.Tree, choose=greedy_children):
+  def __init__(self, tree: tree_lib.Tree, choose=greedy_children,
+               draws: bool = False):
     self.tree, self.choose = tree, choose
     index = {path: i + 1 for i, path in enumerate(tree.paths)}
     inner = {path[:-1] for path in tree.paths}
@@ -62,9 +65,14 @@ class StaticGrowth:
     for depth in range(1, tree.depth + 1):
       level = [path for path in tree.paths if len(path) == depth]
       place = {path: i for i, path in enumerate(self.expanded[-1])}
+      # Draws: a node's children take its first draws, in rank order
+      # (draws without replacement verify as a prefix of their order,
+      # `tree_sampling.verify`), whatever ranks a tree skips.
+      order = [sorted(p[-1] for p in level if p[:-1] == path[:-1]).index(
+          path[-1]) if draws else path[-1] for path in level]
       self.children.append((np.array([index[path] for path in level]),
                             np.array([place[path[:-1]] for path in level]),
-                            np.array([path[-1] for path in level])))
+                            np.array(order)))
       self.expanded.append([path for path in level if path in inner])
     self.tokens = {}  # Node id -> [batch] token.
     self.drawn = {}  # Node id -> [batch] bool.

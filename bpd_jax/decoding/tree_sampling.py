@@ -51,9 +51,8 @@ import jax
 import jax.numpy as jnp
 
 from bpd_jax.decoding import tree as tree_lib
-from bpd_jax.decoding.sampling import _draw
-from bpd_jax.decoding.sampling import accepted_proposals
-from bpd_jax.decoding.sampling import residual_log_probs
+from bpd_jax.decoding.rejection import (accepted_proposals, draw,
+                                        residual_log_probs)
 from bpd_jax.infra import ops
 
 
@@ -197,4 +196,4 @@ def verify(keys: jax.Array, tree: tree_lib.TreeBlock, log_p: jax.Array,
       stopped=jnp.zeros(batch, bool))
   # Each step tries one node or stops: N - 1 steps try every node.
   walk = jax.lax.fori_loop(0, n - 1, try_child, start)
-  return walk.node, walk.accepted, walk.path, _draw(token_key, walk.log_r)
+  return walk.node, walk.accepted, walk.path, draw(token_key, walk.log_r)
