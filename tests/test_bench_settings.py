@@ -30,6 +30,15 @@ def test_sweep_order_and_combinations():
   assert [s.name for s in settings.sweep([2, 3], trees=['2'],
                                          max_len=10)] == [
       'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
+  # A dynamic tree at every k; static trees under each sampler too.
+  assert [s.name for s in settings.sweep(
+      [2, 3], trees=['2', 'dynamic:5,top=4'], samplers=['temperature=1.0'],
+      max_len=10)] == [
+          'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2',
+          'k=2 tree=dynamic:5,top=4', 'k=3 tree=dynamic:5,top=4',
+          'ancestral temperature=1', 'k=2 temperature=1',
+          'k=3 temperature=1', 'k=2 tree=2 temperature=1',
+          'k=3 tree=2 temperature=1']
   assert [s.name for s in settings.sweep(
       [2, 4], drafters=['lookup', 'ngram:heads=tree'], max_len=10)] == [
           'greedy', 'k=2', 'k=4', 'k=2 lookup', 'k=4 lookup',
@@ -61,6 +70,8 @@ def test_greedy_is_k1():
     (dict(criteria=['top3']), "criterion 'top3'"),
     (dict(samplers=['warmth=2']), "'warmth=2' is not temperature=T"),
     (dict(trees=['2,x']), "'2,x'"),
+    (dict(trees=['dynamic:64']), 'keeps more nodes than its depth 1'),
+    (dict(trees=['dynamic:x']), "'dynamic:x' is not"),
     (dict(drafters=['lookup:min=9']), r'max=3 must be an integer in \[min=9'),
 ])
 def test_sweep_refuses_a_bad_spec(kwargs, message):

@@ -42,8 +42,10 @@ _SAMPLERS = flags.DEFINE_multi_string(
     "that ancestral sampling (default: the config's eval.samplers).")
 _TREES = flags.DEFINE_multi_string(
     'tree', None, "A tree of the heads' candidates, as widths per depth, "
-    "e.g. '2,2' (repeatable): a row at every k deeper than it, exact "
-    'verification.')
+    "e.g. '2,2', or a tree of N nodes made each call from the drafter's "
+    "confidence, 'dynamic:N[,top=T,frontier=W]' (repeatable): a row at "
+    'every k deeper than it, exact verification, and a static tree under '
+    'each sampler.')
 _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], 'Nodes of the most probable trees under the rank '
     'probabilities measured on the calibration sources (e.g. 16,32; exact '
@@ -96,12 +98,13 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           max_len: int) -> list[DecoderSpec | AutoSpec]:
   """Every setting decodes `max_len` tokens an example. Greedy first
   (the reference), every blockwise combination (k > 1), the trees (widths
-  specs) at every k deeper than them with exact verification, the
+  specs, or 'dynamic:N') at every k deeper than them with exact
+  verification, the
   drafters that need no training at every k (exact), then where a tuning
   is given its trees (`AutoK.trees`, the most probable of each size) at
   their depth and k='auto'; then per sampler its ancestral sampling (that
-  sampler's reference) and blockwise sampling at every k > 1 with each
-  criterion sampling takes."""
+  sampler's reference), blockwise sampling at every k > 1 with each
+  criterion sampling takes, and the static trees under sampling."""
   for spec in criteria:
     decoding.from_spec(spec)  # A bad spec fails here, before any work.
   for spec in samplers:
@@ -112,10 +115,16 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   settings += [setting_(k, criterion, min_block)
                for criterion in criteria for min_block in min_blocks
                for k in ks if min_block <= k]
+  tree_ks = {}  # Tree spec -> the ks it decodes at.
   for tree in trees:
-    depth = len(tree.split(','))
+    # Widths reach their own depth (padded with argmax nodes below it); a
+    # dynamic tree any depth.
+    depth = 1 if tree.startswith('dynamic') else len(tree.split(','))
     decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
-    settings += [setting_(k, tree=tree) for k in ks if k > depth]
+    tree_ks[tree] = [k for k in ks if k > depth]
+    for k in tree_ks[tree]:
+      decoding.Tree.from_spec(tree, k - 1)  # So does a size too large.
+    settings += [setting_(k, tree=tree) for k in tree_ks[tree]]
   settings += [setting_(k, drafter=drafter) for drafter in drafters
                for k in ks]
   if tuning is not None:
@@ -127,6 +136,10 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
     settings += [setting_(k, criterion, sampler=sampler)
                  for criterion in criteria for k in ks
                  if criterion.split(':')[0] in SAMPLING_CRITERIA]
+    # Static trees under sampling (recursive rejection sampling).
+    settings += [setting_(k, sampler=sampler, tree=tree)
+                 for tree in trees if not tree.startswith('dynamic')
+                 for k in tree_ks[tree]]
   return settings
 
 
