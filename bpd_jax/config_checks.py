@@ -11,6 +11,7 @@ import numpy as np
 
 from bpd_jax import decoding
 from bpd_jax import tasks
+from bpd_jax.evaluation import spec as evaluation_spec
 from bpd_jax.infra import numeric
 from bpd_jax.infra import schema
 from bpd_jax.infra import sharding
@@ -94,6 +95,7 @@ def check(config) -> None:
   _check_decoders(ev, model)
   _check_samplers(config)
   _check_drafters(config)
+  _check_trees(config)
   _check_mesh(config.mesh)
   _check_param_rules(config.mesh, ev)
 
@@ -317,6 +319,33 @@ def _check_drafters(config) -> None:
                      f"drafts job's OUTPUT_DIR/ngram.npz); it is empty.")
   if ev.ngram_path and not os.path.isfile(ev.ngram_path):
     raise ValueError(f'eval.ngram_path={ev.ngram_path!r} is not a file.')
+
+
+def _check_trees(config) -> None:
+  """eval.trees: each a valid tree spec at every k it decodes at, text and
+  language-model tasks."""
+  ev, model = config.eval, config.model
+  if ev.trees and tasks.get(config.task.name).kind not in ('text', 'lm'):
+    raise ValueError(f'eval.trees={tuple(ev.trees)}: trees are reported '
+                     f'for text and language-model tasks; task.name='
+                     f'{config.task.name!r} is neither.')
+  for tree in ev.trees:
+    try:
+      ks = evaluation_spec.tree_ks(tree, ev.ks)
+    except ValueError as error:
+      raise ValueError(f'eval.trees ({tree!r}): {error}') from error
+    if not ks:
+      raise ValueError(f'eval.trees ({tree!r}): no k of eval.ks='
+                       f'{tuple(ev.ks)} is deep enough for it.')
+    for k in ks:
+      try:
+        decoding.DecodeOptions.from_specs(
+            max_len=ev.max_len, k=k, tree=tree).check(
+                model.num_proposal_heads, 2**31,
+                drafters.dependent(model.head_layer))
+      except ValueError as error:
+        raise ValueError(f'eval.trees ({tree!r} at k={k}): {error}'
+                         ) from error
 
 
 def _check_samplers(config) -> None:

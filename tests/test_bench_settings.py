@@ -70,7 +70,7 @@ def test_greedy_is_k1():
     (dict(criteria=['top3']), "criterion 'top3'"),
     (dict(samplers=['warmth=2']), "'warmth=2' is not temperature=T"),
     (dict(trees=['2,x']), "'2,x'"),
-    (dict(trees=['dynamic:64']), 'keeps more nodes than its depth 1'),
+    (dict(trees=['dynamic:64']), "tree 'dynamic:64': no k of"),
     (dict(trees=['dynamic:x']), "'dynamic:x' is not"),
     (dict(drafters=['lookup:min=9']), r'max=3 must be an integer in \[min=9'),
 ])

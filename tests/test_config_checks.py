@@ -118,6 +118,12 @@ def test_a_config_at_every_limit_passes():
      r'eval.ngram_path, an n-gram model'),
     ('eval', 'ngram_path', '/no/such.npz', "eval.ngram_path='/no/such.npz' "
      'is not a file'),
+    ('eval', 'trees', ('dynamic:x',), r"eval.trees \('dynamic:x'\): tree "
+     "'dynamic:x' is not"),
+    ('eval', 'trees', ('1,1,1,1,1,1,1,1',), r"eval.trees \('1,1,1,1,1,1,1,1'"
+     r'\): no k of eval.ks=\(.*\) is deep enough'),
+    ('eval', 'trees', ('dynamic:8,top=4,frontier=0',), 'frontier=0 must be '
+     'an integer >= 1'),
 ])
 def test_bad_fields(section, field, value, message):
   config = demo_config()

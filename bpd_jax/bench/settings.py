@@ -19,7 +19,8 @@ from bpd_jax import auto_k
 from bpd_jax import decoding
 from bpd_jax import tasks
 from bpd_jax.decoding import tree as tree_lib
-from bpd_jax.evaluation.spec import SAMPLING_CRITERIA, AutoSpec, DecoderSpec
+from bpd_jax.evaluation.spec import (SAMPLING_CRITERIA, AutoSpec, DecoderSpec,
+                                     tree_ks)
 from bpd_jax.infra import extras
 from bpd_jax.models import drafters
 from bpd_jax.rescorers import ngram as ngram_lib
@@ -98,8 +99,8 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
           max_len: int) -> list[DecoderSpec | AutoSpec]:
   """Every setting decodes `max_len` tokens an example. Greedy first
   (the reference), every blockwise combination (k > 1), the trees (widths
-  specs, or 'dynamic:N') at every k deeper than them with exact
-  verification, the
+  specs; 'dynamic:N' at every k deep enough to draft N nodes) with
+  exact verification, the
   drafters that need no training at every k (exact), then where a tuning
   is given its trees (`AutoK.trees`, the most probable of each size) at
   their depth and k='auto'; then per sampler its ancestral sampling (that
@@ -115,16 +116,13 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   settings += [setting_(k, criterion, min_block)
                for criterion in criteria for min_block in min_blocks
                for k in ks if min_block <= k]
-  tree_ks = {}  # Tree spec -> the ks it decodes at.
+  # A bad tree spec fails here too.
+  decodes_at = {tree: tree_ks(tree, ks) for tree in trees}
   for tree in trees:
-    # Widths reach their own depth (padded with argmax nodes below it); a
-    # dynamic tree any depth.
-    depth = 1 if tree.startswith('dynamic') else len(tree.split(','))
-    decoding.Tree.from_spec(tree, depth)  # A bad spec fails here too.
-    tree_ks[tree] = [k for k in ks if k > depth]
-    for k in tree_ks[tree]:
-      decoding.Tree.from_spec(tree, k - 1)  # So does a size too large.
-    settings += [setting_(k, tree=tree) for k in tree_ks[tree]]
+    if not decodes_at[tree]:
+      raise ValueError(f'tree {tree!r}: no k of {tuple(ks)} is deep '
+                       f'enough for it.')
+    settings += [setting_(k, tree=tree) for k in decodes_at[tree]]
   settings += [setting_(k, drafter=drafter) for drafter in drafters
                for k in ks]
   if tuning is not None:
@@ -139,7 +137,7 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
     # Static trees under sampling (recursive rejection sampling).
     settings += [setting_(k, sampler=sampler, tree=tree)
                  for tree in trees if not tree.startswith('dynamic')
-                 for k in tree_ks[tree]]
+                 for k in decodes_at[tree]]
   return settings
 
 

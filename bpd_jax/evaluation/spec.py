@@ -213,16 +213,44 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   and blockwise sampling at each k with each criterion sampling takes
   ('exact': the rejection rule; 'typical:...'). A k of 1 in eval.ks is
   the greedy (or ancestral) row already there. Each of eval.drafters
-  (drafters that need no training) is a row at every k, exact."""
+  (drafters that need no training) is a row at every k, exact; each of
+  eval.trees a row at every k deeper than it, exact, and a static one
+  under each sampler too."""
   ks = [k for k in eval_config.ks if k > 1]
   spec = functools.partial(DecoderSpec.of, eval_config.max_len)
   specs = [spec()] + [spec(k, criterion, eval_config.min_block)
                       for k in ks for criterion in eval_config.criteria]
   specs += [spec(k, drafter=drafter) for drafter in eval_config.drafters
             for k in ks]
+  trees = tuple(eval_config.get('trees', ()))
+  specs += [spec(k, tree=tree) for tree in trees
+            for k in tree_ks(tree, ks)]
   for sampler in eval_config.samplers:
     specs.append(spec(sampler=sampler))
     specs += [spec(k, criterion, sampler=sampler)
               for k in ks for criterion in eval_config.criteria
               if criterion.split(':')[0] in SAMPLING_CRITERIA]
+    specs += [spec(k, sampler=sampler, tree=tree) for tree in trees
+              if not tree.startswith('dynamic') for k in tree_ks(tree, ks)]
   return specs
+
+
+def tree_ks(tree: str, ks) -> list[int]:
+  """The ks > 1 a tree spec decodes at: those deeper than its widths
+  (padded with argmax nodes below them); for a dynamic tree those whose
+  k - 1 levels draft enough nodes to keep N. A bad spec is a ValueError
+  naming it."""
+  ks = [k for k in ks if k > 1]
+  if not tree.startswith('dynamic'):
+    depth = len(tree.split(','))
+    decoding.Tree.from_spec(tree, depth)
+    return [k for k in ks if k > depth]
+  deepest = decoding.DynamicTree.from_spec(tree, decoding.tree.MAX_NODES)
+  fits = []
+  for k in ks:
+    try:
+      dataclasses.replace(deepest, depth=k - 1)
+      fits.append(k)
+    except ValueError:  # Too shallow to draft N - 1 nodes.
+      pass
+  return fits
