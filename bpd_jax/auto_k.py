@@ -42,6 +42,11 @@ probable tree of each size (`Tree.best`) and what it expects to accept
 beside the argmax chain of the same depth; an example's mean block with a
 tree is its measured mean block at that depth times that ratio, and its
 cost one iteration of the loop verifying it, measured as the k's are.
+
+Dynamic trees (`decoding.DynamicTree`, made each call from the drafter's
+confidence) are candidates when tuned with `dynamic_sizes`: no rank
+statistics predict them, so the calibration inputs are decoded with each
+(at the largest k) and its blocks measured, as the k's are.
 """
 
 import dataclasses
@@ -68,7 +73,7 @@ TREE_TOP_T = 4
 def candidate_name(candidate) -> str:
   """A candidate as saved and reported: '2' for k = 2 ('1': greedy
   decoding), a Tree's spec ('tree:N')."""
-  if isinstance(candidate, decoding.Tree):
+  if isinstance(candidate, (decoding.Tree, decoding.DynamicTree)):
     return candidate.spec
   return str(candidate)
 
@@ -76,8 +81,9 @@ def candidate_name(candidate) -> str:
 def candidate_options(candidate, *, max_len: int,
                       criterion: decoding.Criterion
                       ) -> decoding.DecodeOptions:
-  """The decode of a candidate: a k (1: greedy decoding) or a Tree."""
-  if isinstance(candidate, decoding.Tree):
+  """The decode of a candidate: a k (1: greedy decoding), a Tree or a
+  DynamicTree."""
+  if isinstance(candidate, (decoding.Tree, decoding.DynamicTree)):
     return decoding.DecodeOptions(max_len=max_len, k=candidate.depth + 1,
                                   criterion=criterion, tree=candidate)
   return decoding.DecodeOptions(max_len=max_len, k=candidate,
@@ -113,6 +119,9 @@ class AutoK:
     appended_at: {k: [examples, k + 1]} the same counts of calibration
       decodes at smaller k's (those k's statistics are then measured, not
       estimated from `appended`).
+    appended_dynamic: {spec: [examples, max_k + 1]} the same counts of
+      calibration decodes with dynamic trees at max_k ('dynamic:N'
+      specs): those trees are candidates too.
   """
   appended: np.ndarray
   criterion: str = 'exact'
@@ -122,6 +131,7 @@ class AutoK:
   rank_probabilities: np.ndarray | None = None
   tree_sizes: tuple[int, ...] = ()
   appended_at: dict = dataclasses.field(default_factory=dict)
+  appended_dynamic: dict = dataclasses.field(default_factory=dict)
   # {(batch, source_len, max_len): k or Tree}: a decode call looks it up.
   _choices: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -140,6 +150,14 @@ class AutoK:
         raise ValueError(f'appended_at[{k}] must be [{len(self.appended)}, '
                          f'{k + 1}] counts of a k in [2, {self.max_k - 1}]; '
                          f'got shape {counts.shape}.')
+    self.appended_dynamic = {
+        spec: np.asarray(counts, np.int64)
+        for spec, counts in self.appended_dynamic.items()}
+    for spec, counts in self.appended_dynamic.items():
+      if counts.shape != self.appended.shape:
+        raise ValueError(f'appended_dynamic[{spec!r}] must be '
+                         f'{list(self.appended.shape)} counts; got shape '
+                         f'{counts.shape}.')
     if not 0 <= self.margin < 1:
       raise ValueError(f'margin={self.margin} must be in [0, 1).')
     if self.candidates is not None:
@@ -163,15 +181,30 @@ class AutoK:
     return tuple(decoding.Tree.best(self.rank_probabilities, size)
                  for size in self.tree_sizes)
 
+  @property
+  def dynamic_trees(self) -> tuple[decoding.DynamicTree, ...]:
+    """The candidate dynamic trees, at the largest k."""
+    return tuple(decoding.DynamicTree.from_spec(spec, self.max_k - 1)
+                 for spec in self.appended_dynamic)
+
+  def _counts(self, candidate) -> np.ndarray | None:
+    """The measured counts of a candidate, or None (estimated)."""
+    if isinstance(candidate, decoding.DynamicTree):
+      return self.appended_dynamic[candidate.spec]
+    if isinstance(candidate, decoding.Tree):
+      return None
+    return self.appended_at.get(candidate)
+
   def mean_block(self, candidate) -> np.ndarray:
     """[examples] tokens per call of each example with a block size k
-    (measured where `appended_at` has it), or a Tree (estimated)."""
+    (measured where `appended_at` has it), a Tree (estimated) or a
+    DynamicTree (measured)."""
     if isinstance(candidate, decoding.Tree):
       chain = decoding.Tree.chain(candidate.depth)
       gain = (candidate.expected_block(self.rank_probabilities)
               / chain.expected_block(self.rank_probabilities))
       return self.mean_block(candidate.depth + 1) * gain
-    counts = self.appended_at.get(candidate)
+    counts = self._counts(candidate)
     if counts is not None:
       return _tokens(counts) / counts.sum(axis=1)
     j = np.arange(self.max_k + 1)
@@ -180,8 +213,8 @@ class AutoK:
 
   def calls(self, candidate) -> np.ndarray:
     """[examples] model calls of each example with a block size k (1:
-    greedy decoding), or a Tree."""
-    counts = self.appended_at.get(candidate)
+    greedy decoding), a Tree or a DynamicTree."""
+    counts = self._counts(candidate)
     if counts is not None:
       return counts.sum(axis=1).astype(np.float64)
     return _tokens(self.appended) / self.mean_block(candidate)
@@ -221,7 +254,8 @@ class AutoK:
       if shape not in self.step_costs:
         ks = self.candidates or range(1, self.max_k + 1)
         self.step_costs[shape] = {candidate: measure(candidate)
-                                  for candidate in (*ks, *self.trees)}
+                                  for candidate in (*ks, *self.trees,
+                                                    *self.dynamic_trees)}
       self._choices[shape] = self.choose_from(self.step_costs[shape],
                                               shape[0])
     return self._choices[shape]
@@ -246,7 +280,9 @@ class AutoK:
                      for k, counts in self.appended_at.items()},
         criterion=self.criterion, margin=self.margin,
         candidates=self.candidates, step_costs=costs,
-        rank_probabilities=probabilities, tree_sizes=self.tree_sizes),
+        rank_probabilities=probabilities, tree_sizes=self.tree_sizes,
+        appended_dynamic={spec: counts.tolist() for spec, counts
+                          in self.appended_dynamic.items()}),
         indent=1)
 
   @classmethod
@@ -263,8 +299,10 @@ class AutoK:
                  rank_probabilities=data.get('rank_probabilities'),
                  tree_sizes=tuple(data.get('tree_sizes', ())),
                  appended_at={int(k): counts for k, counts
-                              in data.get('appended_at', {}).items()})
-    trees = {tree.spec: tree for tree in tuning.trees}
+                              in data.get('appended_at', {}).items()},
+                 appended_dynamic=data.get('appended_dynamic', {}))
+    trees = {tree.spec: tree
+             for tree in (*tuning.trees, *tuning.dynamic_trees)}
     tuning.step_costs = {
         (c['batch'], c['source_len'], c['max_len']):
         {trees[name] if name in trees else int(name): seconds
@@ -351,7 +389,7 @@ def tune_k(decoder, inputs, *, max_len: int,
            criterion: decoding.Criterion = decoding.Exact(),
            batch_size: int = 8, margin: float = 0.05,
            candidates=None, tree_sizes=(), top_t: int = TREE_TOP_T,
-           every_k: bool = True) -> AutoK:
+           every_k: bool = True, dynamic_sizes=()) -> AutoK:
   """Acceptance statistics for k='auto', from decodes at the candidate k's.
 
   Args:
@@ -375,6 +413,9 @@ def tune_k(decoder, inputs, *, max_len: int,
     every_k: decode the inputs at each candidate k below the largest too,
       so that their statistics are measured rather than estimated (see
       the module docstring); one more compiled decode each.
+    dynamic_sizes: nodes of dynamic trees (`decoding.DynamicTree`, default
+      top and frontier, at the largest k) to choose from too, each decoded
+      on the inputs here.
 
   Returns:
     AutoK; it measures this machine's step costs for each new batch shape
@@ -386,6 +427,7 @@ def tune_k(decoder, inputs, *, max_len: int,
     raise ValueError(f'tree tuning measures exact acceptance, not '
                      f'{criterion.spec!r}.')
   tree_lib.check_sizes(tree_sizes, top_t, heads - 1)
+  dynamic = [decoding.DynamicTree(size, heads - 1) for size in dynamic_sizes]
 
   # A Decoder on a mesh splits each batch over its data axis: a batch's
   # rows are repeated up to a multiple of its devices, and the repeats
@@ -393,9 +435,9 @@ def tune_k(decoder, inputs, *, max_len: int,
   rows = 1 if decoder.mesh is None else decoder.mesh.shape[
       decoder.batch_axis]
 
-  def decode(k):
+  def decode(k, tree=None):
     options = decoding.DecodeOptions(max_len=max_len, k=k,
-                                     criterion=criterion)
+                                     criterion=criterion, tree=tree)
     results = []
     for start in range(0, len(inputs), batch_size):
       batch = inputs[start:start + batch_size]
@@ -412,6 +454,8 @@ def tune_k(decoder, inputs, *, max_len: int,
   smaller = sorted({k for k in (candidates or range(2, heads))
                     if 1 < k < heads}) if every_k else []
   appended_at = {k: histogram(decode(k)) for k in smaller}
+  appended_dynamic = {tree.spec: histogram(decode(heads, tree))
+                      for tree in dynamic}
   probabilities = None
   if tree_sizes:
     # Exact decoding's outputs are greedy's: the heads' ranks of the right
@@ -426,4 +470,5 @@ def tune_k(decoder, inputs, *, max_len: int,
     probabilities = predictions.rank_probabilities(top, outputs, lengths)
   return AutoK(appended, criterion.spec, margin, candidates,
                rank_probabilities=probabilities,
-               tree_sizes=tuple(tree_sizes), appended_at=appended_at)
+               tree_sizes=tuple(tree_sizes), appended_at=appended_at,
+               appended_dynamic=appended_dynamic)

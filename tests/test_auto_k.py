@@ -281,3 +281,29 @@ def test_tune_k_refuses_tree_sizes_beyond_the_node_budget_before_decoding():
                      rf'to {size - 1}: a larger tree exceeds the budget'):
     auto_k.tune_k(decoder, np.zeros((2, 4), np.int32), max_len=8,
                   tree_sizes=(16, size))
+
+
+def test_tune_k_with_dynamic_trees_measures_them_and_auto_decodes_with_one(
+    tmp_path):
+  model, inputs = model_and_inputs()
+  decoder = generate.Decoder(model)
+  tuning = auto_k.tune_k(decoder, inputs, max_len=12, batch_size=3,
+                         dynamic_sizes=(6,), every_k=False)
+  (tree,) = tuning.dynamic_trees
+  assert tree == decoding.DynamicTree(6, 2) and tree.spec == 'dynamic:6'
+  counts = tuning.appended_dynamic['dynamic:6']
+  assert counts.shape == tuning.appended.shape
+  # Measured, not estimated: its calls are the decode's.
+  np.testing.assert_array_equal(tuning.calls(tree), counts.sum(axis=1))
+  # Costs that favour it: auto decodes with it, exactly.
+  tuning.step_costs = {(4, 6, 12): {1: 9.0, 2: 9.0, 3: 9.0, tree: 1.0}}
+  result = auto_k.AutoDecoder(decoder, tuning).decode(inputs, max_len=12)
+  np.testing.assert_array_equal(result.tokens,
+                                decoder.greedy(inputs, max_len=12).tokens)
+  tuning.save(tmp_path / 'auto_k.json')
+  loaded = auto_k.AutoK.load(tmp_path / 'auto_k.json')
+  assert loaded.dynamic_trees == (tree,)
+  assert loaded.step_costs == tuning.step_costs
+  with pytest.raises(ValueError, match=r"appended_dynamic\['dynamic:6'\] "
+                     'must be'):
+    auto_k.AutoK(APPENDED, appended_dynamic={'dynamic:6': [[1, 2]]})

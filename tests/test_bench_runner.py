@@ -155,7 +155,8 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
   (tree,) = tuning.trees
   # Costs that make auto take the tree at this shape.
   tuning.step_costs[(4, 8, 10)] = {1: 9.0, 3: 9.0, tree: 1.0}
-  settings = settings_lib.sweep([3], trees=['2'], tuning=tuning,
+  settings = settings_lib.sweep([3], trees=['2', 'dynamic:4,top=2'],
+                               tuning=tuning,
                                drafters=['lookup:min=1'], max_len=10)
   rows = runner.run(decoder, batches, settings, repeats=1,
                     progress=lambda line: None)
@@ -163,8 +164,11 @@ def test_tree_rows_and_an_auto_that_chose_a_tree(rows):
           for row in rows] == [
       ('greedy', 1, None, None), ('blockwise', 3, None, None),
       ('blockwise', 3, 'tree:5', None),
+      ('blockwise', 3, 'dynamic:4,top=2', None),
       ('blockwise', 3, None, 'lookup:min=1'),
       ('blockwise', 3, 'tree:4', None), ('auto', 3, 'tree:4', None)]
+  dynamic = rows.pop(3)  # Made each call from the drafter's q: exact.
+  assert dynamic['identical_to_greedy'] == 1.0
   lookup = rows.pop(3)  # A prompt lookup: bounded by T(k), exact.
   assert lookup['identical_to_greedy'] == 1.0 and lookup['step_cost_k_ms']
   # The tuning's tree decodes on its own row as auto decoded with it.

@@ -51,6 +51,10 @@ _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], 'Nodes of the most probable trees under the rank '
     'probabilities measured on the calibration sources (e.g. 16,32; exact '
     "verification): each a row at its depth, and a candidate of k='auto'.")
+_DYNAMIC_SIZES = flags.DEFINE_list(
+    'dynamic_sizes', [], "Nodes of dynamic trees (tree='dynamic:N' at the "
+    "largest k) k='auto' chooses from too, each decoded on the "
+    'calibration sources (e.g. 32,64; exact verification).')
 _DRAFTERS = flags.DEFINE_multi_string(
     'drafter', None, "A drafter that needs no training, e.g. 'lookup', "
     "'lookup:min=3,heads=tree' or 'ngram' (repeatable): a row at every k, "
@@ -127,7 +131,7 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
                for k in ks]
   if tuning is not None:
     settings += [setting_(tree.depth + 1, tree=tree)
-                 for tree in tuning.trees]
+                 for tree in (*tuning.trees, *tuning.dynamic_trees)]
     settings.append(AutoSpec(tuning, max_len))
   for sampler in samplers:
     settings.append(setting_(sampler=sampler))
@@ -152,6 +156,8 @@ class Plan:
     batch_sizes: the batch sizes timed.
     tree_sizes: nodes of the most probable trees: rows of their own and
       candidates of k='auto'.
+    dynamic_sizes: nodes of dynamic trees at the largest k, candidates of
+      k='auto' (and rows of their own).
     examples: eval sentences decoded per setting.
     repeats: timed rounds per setting.
     calibration_examples: training sources k='auto' is tuned on (0: no
@@ -175,6 +181,7 @@ class Plan:
   sharding_table: bool = False
   drafters: list[str] = dataclasses.field(default_factory=list)
   ngram_path: str = ''
+  dynamic_sizes: list[int] = dataclasses.field(default_factory=list)
 
   def settings(self, tuning: auto_k.AutoK | None = None) -> list:
     """The sweep, with k='auto' where `tuning` is given."""
@@ -202,7 +209,7 @@ class Plan:
         decoder, batching.pad_rows(calibration, max_source_len,
                                    pad_id=decoder.config.pad_id),
         max_len=self.max_len, candidates=self.ks,
-        tree_sizes=self.tree_sizes)
+        tree_sizes=self.tree_sizes, dynamic_sizes=self.dynamic_sizes)
 
   def batches(self, sources, max_source_len: int, pad_id: int) -> dict:
     """{batch size: [(inputs [batch, length], real rows)]} of `sources`,
@@ -225,10 +232,12 @@ def parse(config) -> Plan:
       max_len=config.eval.max_len, ks=ks, criteria=list(_CRITERIA.value),
       min_blocks=_ints('min_blocks', _MIN_BLOCKS.value),
       samplers=list(_SAMPLERS.value or config.eval.samplers),
-      trees=list(_TREES.value or ()),
+      trees=list(_TREES.value or config.eval.get('trees', ())),
       batch_sizes=_ints('batch_sizes', _BATCH_SIZES.value),
       tree_sizes=(_ints('tree_sizes', _TREE_SIZES.value, low=2)
                   if _TREE_SIZES.value else []),
+      dynamic_sizes=(_ints('dynamic_sizes', _DYNAMIC_SIZES.value, low=2)
+                     if _DYNAMIC_SIZES.value else []),
       examples=_EXAMPLES.value, repeats=_REPEATS.value,
       calibration_examples=_CALIBRATION.value, output_dir=_OUTPUT_DIR.value,
       sharding_table=_SHARDING_TABLE.value,
@@ -238,10 +247,16 @@ def parse(config) -> Plan:
   if _QUICK.value:
     values.update(_quick(values))
   plan = Plan(**values)
-  if plan.tree_sizes and not plan.calibration_examples:
-    raise app.UsageError('--tree_sizes are measured on the calibration '
-                         'sources: they need '
-                         '--calibration_examples > 0.')
+  for name in ('tree_sizes', 'dynamic_sizes'):
+    if getattr(plan, name) and not plan.calibration_examples:
+      raise app.UsageError(f'--{name} are measured on the calibration '
+                           f'sources: they need '
+                           f'--calibration_examples > 0.')
+  for size in plan.dynamic_sizes:  # tune_k's trees, checked before it tunes.
+    try:
+      decoding.DynamicTree(size, max(plan.ks) - 1)
+    except ValueError as error:
+      raise app.UsageError(f'--dynamic_sizes: {error}') from None
   try:  # tune_k's rule, checked before it tunes.
     tree_lib.check_sizes(plan.tree_sizes, auto_k.TREE_TOP_T, heads - 1)
   except ValueError as error:
