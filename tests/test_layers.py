@@ -59,8 +59,9 @@ FORBIDDEN_MODULES = {
 # decoding/'s ground floor: the values a decode is described by import no
 # module that runs one.
 DECODING_GROUND = {'types', 'criteria', 'tree', 'lattice', 'refine',
-                   'lookup', 'sampler', 'options'}
-DECODING_LOOPS = {'steps', 'blockwise', 'sampling'}
+                   'lookup', 'sampler', 'rejection', 'options'}
+DECODING_LOOPS = {'steps', 'tree_growth', 'tree_sampling', 'blockwise',
+                  'sampling'}
 
 
 def test_the_package_has_the_layers_the_rules_name():
