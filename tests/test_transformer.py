@@ -468,8 +468,9 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
     ('block_corrected', True, True, {}),
     ('block_corrected', False, True, dict(draft_source='base',
                                           draft_feature_layers=(0,))),
-    ('block_corrected', True, True, dict(**llama_like.LLAMA,
-                                         block_layers=2))])
+    pytest.param('block_corrected', True, True,
+                 dict(**llama_like.LLAMA, block_layers=2),
+                 marks=pytest.mark.slow)])
 def test_a_draft_is_the_teacher_forced_heads_on_its_own_tokens(
     head_layer, tie_output, scale_embeddings, drafter):
   """A draft made head after head through the cache equals the
