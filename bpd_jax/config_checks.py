@@ -296,22 +296,15 @@ def _check_buckets(config) -> None:
 def _check_drafters(config) -> None:
   """eval.drafters: each a valid spec, checked at every k; 'ngram' ones
   need eval.ngram_path, a file; none on image tasks."""
-  ev, model = config.eval, config.model
+  ev = config.eval
   if ev.drafters and tasks.get(config.task.name).kind not in ('text', 'lm'):
     raise ValueError(f'eval.drafters={tuple(ev.drafters)}: drafters needing '
                      f'no training are reported for text and '
                      f'language-model tasks; task.name='
                      f'{config.task.name!r} is neither.')
   for drafter in ev.drafters:
-    for k in ev.ks:
-      try:
-        decoding.DecodeOptions.from_specs(
-            max_len=ev.max_len, k=k, drafter=drafter).check(
-                model.num_proposal_heads, 2**31,
-                drafters.dependent(model.head_layer))
-      except ValueError as error:
-        raise ValueError(f'eval.drafters ({drafter!r} at ks={tuple(ev.ks)}): '
-                         f'{error}') from error
+    _check_decodes(config, f'eval.drafters ({drafter!r} at ks='
+                   f'{tuple(ev.ks)})', ev.ks, drafter=drafter)
   wants_ngram = any(d.startswith('ngram') for d in ev.drafters)
   if wants_ngram and not ev.ngram_path:
     raise ValueError(f"eval.drafters={tuple(ev.drafters)}: an 'ngram' "
@@ -324,7 +317,7 @@ def _check_drafters(config) -> None:
 def _check_trees(config) -> None:
   """eval.trees: each a valid tree spec at every k it decodes at, text and
   language-model tasks."""
-  ev, model = config.eval, config.model
+  ev = config.eval
   if ev.trees and tasks.get(config.task.name).kind not in ('text', 'lm'):
     raise ValueError(f'eval.trees={tuple(ev.trees)}: trees are reported '
                      f'for text and language-model tasks; task.name='
@@ -337,15 +330,23 @@ def _check_trees(config) -> None:
     if not ks:
       raise ValueError(f'eval.trees ({tree!r}): no k of eval.ks='
                        f'{tuple(ev.ks)} is deep enough for it.')
-    for k in ks:
-      try:
-        decoding.DecodeOptions.from_specs(
-            max_len=ev.max_len, k=k, tree=tree).check(
-                model.num_proposal_heads, 2**31,
-                drafters.dependent(model.head_layer))
-      except ValueError as error:
-        raise ValueError(f'eval.trees ({tree!r} at k={k}): {error}'
-                         ) from error
+    _check_decodes(config, f'eval.trees ({tree!r} at ks={tuple(ks)})', ks,
+                   tree=tree)
+
+
+def _check_decodes(config, name: str, ks, **specs) -> None:
+  """Raises ValueError starting with `name` where the decode of `specs`
+  (`DecodeOptions.from_specs`) at any of `ks` is one the model cannot
+  make."""
+  model = config.model
+  for k in ks:
+    try:
+      decoding.DecodeOptions.from_specs(
+          max_len=config.eval.max_len, k=k, **specs).check(
+              model.num_proposal_heads, 2**31,
+              drafters.dependent(model.head_layer))
+    except ValueError as error:
+      raise ValueError(f'{name}: {error}') from error
 
 
 def _check_samplers(config) -> None:

@@ -361,16 +361,21 @@ class AutoregressiveDrafter(base.Drafter):
            else cache.source)
     return base.DraftSource(own, valid)
 
-  def draft_tokens(self, view, choose, k):
-    # Every scored position's entry (stale ones are overwritten later),
-    # then one entry per drafted token, at the positions after the last
-    # accepted one.
-    layer, source = self.draft, view.source
+  def _root(self, view):
+    """Every scored position's entry (stale ones are overwritten later):
+    (g at the last accepted position [batch, d_model], the cache)."""
+    layer = self.draft
     states, cache = layer.extend(view.cache,
                                  layer.base_features(view.features),
                                  view.embed(view.next_tokens), view.start,
-                                 source)
-    state = ops.take_at(states, view.last)
+                                 view.source)
+    return ops.take_at(states, view.last), cache
+
+  def draft_tokens(self, view, choose, k):
+    # Then one entry per drafted token, at the positions after the last
+    # accepted one.
+    layer, source = self.draft, view.source
+    state, cache = self._root(view)
     proposals, logits = [], []
     for index in range(k - 1):
       logits.append(view.project(state))
@@ -386,11 +391,8 @@ class AutoregressiveDrafter(base.Drafter):
     # The scored positions' entries, as for a chain; the nodes' own
     # entries are kept apart (`DraftLayer.tree_level`).
     layer, source = self.draft, view.source
-    states, cache = layer.extend(view.cache,
-                                 layer.base_features(view.features),
-                                 view.embed(view.next_tokens), view.start,
-                                 source)
-    states = ops.take_at(states, view.last)[:, None]  # The root's g.
+    states, cache = self._root(view)
+    states = states[:, None]  # [batch, 1, d_model]: the root's g.
     committed = view.start + view.last
     nodes, paths = None, None  # paths: [batch, W, M] each node's own.
     for level in range(depth):
