@@ -452,12 +452,18 @@ def test_lookup_proposals_have_the_base_models_distribution(drafter):
   """Prompt lookup's proposals are fixed by the output so far: point
   masses, accepted with probability p(x); a slot with nothing proposed is
   no rejection (the token there is drawn from p itself)."""
-  model = tiny_model('independent')
+  assert_samples_keep_the_distribution(tiny_model('independent'), SAMPLERS,
+                                       k=3, drafter=drafter)
+
+
+def assert_samples_keep_the_distribution(model, samplers, k, **decode):
+  """Blockwise sampling with each sampler (keys 20, 21, ...) passes the
+  chi-square test and accepts proposals; `decode`: further arguments of
+  generate.blockwise (a drafter, a tree)."""
   source = np.repeat(model_inputs(model), SAMPLES, axis=0)
-  for index, sampler in enumerate(SAMPLERS):
-    result = generate.blockwise(model, source, k=3, max_len=MAX_LEN,
-                                sampler=sampler, key=20 + index,
-                                drafter=drafter)
+  for index, sampler in enumerate(samplers):
+    result = generate.blockwise(model, source, k=k, max_len=MAX_LEN,
+                                sampler=sampler, key=20 + index, **decode)
     p_value = chi_square_p_value(outcomes(result),
                                  exact_distribution(model, sampler))
     assert p_value > ALPHA, (sampler, p_value)
@@ -502,17 +508,11 @@ TREES = {'2': (2,), '3,2': (3, 2), '2,1,2': (2, 1, 2)}
     pytest.param(3, 'joint', '2', 'draw', marks=pytest.mark.slow)])
 def test_samples_over_a_tree_have_the_base_models_distribution(
     k, head_layer, widths, proposals):
-  model = tiny_model(head_layer)
-  tree = decoding.Tree.from_widths(TREES[widths][:k - 1], k - 1)
-  source = np.repeat(model_inputs(model), SAMPLES, axis=0)
-  for index, sampler in enumerate(SAMPLERS[:2]):
-    sampler = dataclasses.replace(sampler, proposals=proposals)
-    result = generate.blockwise(model, source, k=k, max_len=MAX_LEN,
-                                sampler=sampler, key=20 + index, tree=tree)
-    p_value = chi_square_p_value(outcomes(result),
-                                 exact_distribution(model, sampler))
-    assert p_value > ALPHA, (sampler, p_value)
-    assert float(result.mean_block_size) > 1.05, sampler
+  assert_samples_keep_the_distribution(
+      tiny_model(head_layer),
+      [dataclasses.replace(sampler, proposals=proposals)
+       for sampler in SAMPLERS[:2]],
+      k=k, tree=decoding.Tree.from_widths(TREES[widths][:k - 1], k - 1))
 
 
 def test_a_tree_whose_siblings_are_taken_for_independent_draws_fails(
