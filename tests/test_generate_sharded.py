@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from bpd_jax import generate
 from bpd_jax.bench import collectives
 from bpd_jax.bench import near_ties
-from bpd_jax.decoding import DecodeOptions, Sampler, Tree
+from bpd_jax.decoding import DecodeOptions, DynamicTree, Sampler, Tree
 from bpd_jax.infra import ops
 from bpd_jax.infra import sharding
 from bpd_jax.models import Transformer, TransformerConfig, imports
@@ -40,11 +40,15 @@ DECODES = {
     'blockwise': DecodeOptions(max_len=MAX_LEN, k=4),
     'tree': DecodeOptions(max_len=MAX_LEN, k=4,
                           tree=Tree.from_widths((2, 2), 3)),
+    'dynamic tree': DecodeOptions(max_len=MAX_LEN, k=4,
+                                  tree=DynamicTree(10, 3, top=3, frontier=3)),
     'sample': DecodeOptions(max_len=MAX_LEN, sampler=Sampler(0.8)),
     'blockwise sample': DecodeOptions(max_len=MAX_LEN, k=4,
                                       sampler=Sampler(0.8, top_k=20)),
+    'tree sample': DecodeOptions(max_len=MAX_LEN, k=4, sampler=Sampler(0.8),
+                                 tree=Tree.from_widths((2, 2), 3)),
 }
-ARGMAX_DECODES = ('greedy', 'blockwise', 'tree')
+ARGMAX_DECODES = ('greedy', 'blockwise', 'tree', 'dynamic tree')
 
 
 def paper_model(encoder_layers: int, dtype='float64', **fields):
@@ -173,7 +177,9 @@ DEFAULT_CASES = (('decoder-only', (2, 4), 'tree'),
                  ('encoder-decoder', (1, 8), 'blockwise'),
                  ('encoder-decoder', (2, 4), 'sample'),
                  ('llama', (2, 4), 'blockwise'),
-                 ('llama', (1, 8), 'greedy'))
+                 ('llama', (1, 8), 'greedy'),
+                 ('encoder-decoder', (2, 4), 'dynamic tree'),
+                 ('llama', (8, 1), 'tree sample'))
 
 
 @pytest.mark.parametrize('name,shape,kind', [
