@@ -56,7 +56,7 @@ class StaticGrowth:
   def __init__(self, tree: tree_lib.Tree, choose=greedy_children,
                draws: bool = False):
     self.tree, self.choose = tree, choose
-    index = {path: i + 1 for i, path in enumerate(tree.paths)}
+    self.index = index = {path: i + 1 for i, path in enumerate(tree.paths)}
     inner = {path[:-1] for path in tree.paths}
     # Per level d: the nodes it expands (depth d, with children; the root
     # at level 0), and the children (depth d + 1) with their parent's
@@ -103,8 +103,7 @@ class StaticGrowth:
       self.log_q[int(node)] = logits[:, source[column]]
     following = self.expanded[level + 1]
     place = {int(node): column for column, node in enumerate(ids)}
-    path_id = {path: i + 1 for i, path in enumerate(self.tree.paths)}
-    columns = np.array([place[path_id[path]] for path in following],
+    columns = np.array([place[self.index[path]] for path in following],
                        np.int32)
     batch = logits.shape[0]
     return (tokens[:, columns],
