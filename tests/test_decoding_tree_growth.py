@@ -105,6 +105,20 @@ def test_a_dependent_drafters_nodes_get_their_own_distributions():
       assert scores[node - 1] <= scores[parent - 1] + 1e-12
 
 
+def test_a_low_temperature_keeps_the_argmax_chain():
+  # Sharpened, the argmax at each depth is nearly certain: a tree of
+  # depth + 1 nodes is the argmax chain; unsharpened it is not (these
+  # logits' second depth-1 token outscores the chain's depth-3 node).
+  depth = 3
+  logits = jnp.asarray([[[2.0, 1.9, 0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0],
+                         [1.0, 0, 0, 0, 0, 0]]])
+  chain = {(0,), (0, 0), (0, 0, 0)}
+  for temperature, is_chain in ((0.05, True), (1.0, False)):
+    block = grow_one_pass(tree_growth.DynamicGrowth(DynamicTree(
+        4, depth, top=2, frontier=2, temperature=temperature)), logits)
+    assert (set(paths_of(block, 0).values()) - {()} == chain) == is_chain
+
+
 def test_static_growth_draws_take_each_parents_first_draws():
   # Ranks (0, 2) under one parent: by rank the first and third candidate,
   # as draws the first and second (draws verify as a prefix of their
@@ -141,3 +155,9 @@ def test_dynamic_tree_specs_and_limits():
       Tree.from_spec(spec, 4)
   with pytest.raises(ValueError, match='top=0 must be an integer >= 1'):
     DynamicTree(8, 3, top=0)
+  sharp = Tree.from_spec('dynamic:16,top=4,temperature=0.25', 3)
+  assert sharp == DynamicTree(16, 3, top=4, temperature=0.25)
+  assert sharp.spec == 'dynamic:16,top=4,temperature=0.25'
+  for temperature in (0, -1, float('nan'), float('inf'), True):
+    with pytest.raises(ValueError, match='must be a finite number > 0'):
+      DynamicTree(8, 3, temperature=temperature)

@@ -262,13 +262,24 @@ class DynamicTree:
     top: children drafted per expanded node.
     frontier: nodes expanded per level (the drafter's batch of nodes at
       each level for a drafter whose heads read each other's proposals).
+    temperature: the drafter's logits are divided by it before its
+      probabilities score the paths (1: as they are). Below 1 sharpens
+      them, for a drafter less confident than it is right: exact
+      verification accepts a draft token where it is the base's argmax,
+      which a drafter trained on the base's own distribution matches far
+      more often than its probability for it says.
   """
   size: int
   depth: int
   top: int = 8
   frontier: int = 8
+  temperature: float = 1.0
 
   def __post_init__(self):
+    if not (numeric.is_finite(self.temperature) and self.temperature > 0):
+      raise ValueError(f'dynamic tree temperature={self.temperature!r} '
+                       f'must be a finite number > 0.')
+    object.__setattr__(self, 'temperature', float(self.temperature))
     for name in ('size', 'depth', 'top', 'frontier'):
       value = getattr(self, name)
       if not numeric.is_integer(value) or value < 1:
@@ -287,7 +298,8 @@ class DynamicTree:
 
   @classmethod
   def from_spec(cls, spec: str, depth: int) -> 'DynamicTree':
-    """'dynamic:N' or 'dynamic:N,top=T,frontier=W' (defaults 8, 8)."""
+    """'dynamic:N' or 'dynamic:N,top=T,frontier=W,temperature=X' (each
+    optional; defaults 8, 8, 1)."""
     head, _, rest = spec.partition(':')
     items = rest.split(',') if rest else []
     fields = {}
@@ -297,12 +309,14 @@ class DynamicTree:
       fields['size'] = int(items[0])
       for item in items[1:]:
         key, equals, value = item.partition('=')
-        if not equals or key not in ('top', 'frontier') or key in fields:
+        if not equals or key not in ('top', 'frontier', 'temperature') or (
+            key in fields):
           raise ValueError
-        fields[key] = int(value)
+        fields[key] = float(value) if key == 'temperature' else int(value)
     except ValueError:
       raise ValueError(f'tree {spec!r} is not "dynamic:N" or '
-                       f'"dynamic:N,top=T,frontier=W".') from None
+                       f'"dynamic:N,top=T,frontier=W,temperature=X".'
+                       ) from None
     return cls(depth=depth, **fields)
 
   @property
@@ -334,6 +348,8 @@ class DynamicTree:
     extra = ''.join(f',{name}={getattr(self, name)}'
                     for name in ('top', 'frontier')
                     if getattr(self, name) != 8)
+    if self.temperature != 1:
+      extra += f',temperature={self.temperature:g}'
     return f'dynamic:{self.size}{extra}'
 
 

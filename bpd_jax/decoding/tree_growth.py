@@ -151,7 +151,8 @@ class DynamicGrowth:
       self.frontier_scores = jnp.zeros((batch, 1), jnp.float32)
       self.frontier_ids = jnp.full((batch, 1), -1, jnp.int32)
     top = self.tree.top
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    log_probs = jax.nn.log_softmax(
+        logits.astype(jnp.float32) / self.tree.temperature, axis=-1)
     child_scores, child_tokens = jax.lax.top_k(log_probs, top)
     shape = (batch, width, top)
     child_scores = jnp.broadcast_to(child_scores, shape)
