@@ -21,10 +21,12 @@ keeps its own length, a block is written at each example's own offset, and
 the cache entries of rejected proposals are masked by position and later
 overwritten. Finished examples ride along without changing.
 
-Several drafts per call, a `tree.Tree` over the heads' candidates or the p
-drafts of a `refine.Refinement` (Kim et al. 2024), are verified as one token
-tree (`tree.py`): one call scores every node, the deepest accepted node
-wins, and only its path's cache entries are moved into place. Trees and
+Several drafts per call, a tree over the heads' candidates (a static
+`tree.Tree`, or a `tree.DynamicTree` made each call from the drafter's
+confidence, grown level by level by `tree_growth.py`) or the p drafts of a
+`refine.Refinement` (Kim et al. 2024), are verified as one token tree
+(`tree.py`): one call scores every node, the deepest accepted node wins,
+and only its path's cache entries are moved into place. Trees and
 refinement change what is proposed, never what is accepted.
 """
 

@@ -60,6 +60,11 @@ alternative: the heads' argmax drafts, accepted where p(x) exceeds
 min(eps, delta * exp(-H(p))), then a token drawn from p. It is faster on
 flat distributions but does not preserve them.
 
+A static tree of drafts (`tree.Tree`) is sampled over losslessly too: a
+node's children are draws without replacement from the drafter's q at
+that node, verified by recursive rejection sampling
+(`tree_sampling.py`, where the argument is).
+
 Randomness: each example has its own key; call c of the decode draws
 from fold_in(key, c), so an example samples as it would alone with its
 key, whatever the batch, the sharding or the other examples' lengths.
@@ -75,12 +80,12 @@ from bpd_jax.decoding import blockwise as blockwise_lib
 from bpd_jax.decoding import criteria as criteria_lib
 from bpd_jax.decoding import lookup as lookup_lib
 from bpd_jax.decoding import options as options_lib
-from bpd_jax.decoding.rejection import (accepted_proposals, draw, point_mass,
-                                        residual_log_probs)
 from bpd_jax.decoding import steps
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.decoding import tree_growth
 from bpd_jax.decoding import tree_sampling
+from bpd_jax.decoding.rejection import (accepted_proposals, draw, point_mass,
+                                        residual_log_probs)
 from bpd_jax.decoding.sampler import Sampler
 from bpd_jax.decoding.types import Cache, DecodeResult, DecodingFns
 from bpd_jax.infra import numeric
