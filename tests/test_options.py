@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bpd_jax.decoding import (DecodeOptions, Exact, Lookup, Refinement,
-                              Sampler, TopK, Tree)
+                              Sampler, TopK, Tree, Typical)
 
 
 def test_parse_specs():
@@ -65,8 +65,8 @@ def test_bad_specs(spec, message):
     (dict(max_len=4, k=3, lookup=Lookup(), tree=Tree.from_widths((2,), 2)),
      "drafter 'lookup' takes no tree and no refinement"),
     (dict(max_len=4, k=3, lookup=Lookup(heads='tree'),
-          sampler=Sampler(1.0)),
-     "drafter 'lookup:heads=tree' takes no sampling"),
+          sampler=Sampler(1.0), criterion=Typical(0.3, 0.1)),
+     'a tree under sampling is verified by the rejection rule'),
     (dict(max_len=4, k=3, lookup='lookup'), "lookup='lookup' is not a "
      'decoding.Lookup'),
     (dict(max_len=4, k=3, lookup=Lookup(min_ngram=0)),

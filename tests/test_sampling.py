@@ -446,12 +446,13 @@ def test_numpy_integer_seeds_are_seeds():
 
 
 @pytest.mark.parametrize('drafter', [
-    'lookup:min=1',
+    'lookup:min=1', 'lookup:min=1,heads=tree',
     pytest.param('lookup:min=1,heads=fallback', marks=pytest.mark.slow)])
 def test_lookup_proposals_have_the_base_models_distribution(drafter):
   """Prompt lookup's proposals are fixed by the output so far: point
   masses, accepted with probability p(x); a slot with nothing proposed is
-  no rejection (the token there is drawn from p itself)."""
+  no rejection (the token there is drawn from p itself). Beside the
+  heads' drawn draft as one tree (heads=tree), each node keeps its own q."""
   assert_samples_keep_the_distribution(tiny_model('independent'), SAMPLERS,
                                        k=3, drafter=drafter)
 

@@ -260,11 +260,10 @@ class DecodeOptions:
                        f'{self.lookup.spec!r} may propose nothing, so it '
                        f'has no draft to accept unverified; use '
                        f'min_block=1.')
-    if self.sampling and self.lookup.heads == 'tree':
-      raise ValueError(f'drafter {self.lookup.spec!r} takes no sampling: '
-                       "its tree of the lookup's and the heads' drafts is "
-                       "verified by argmax (heads='fallback' samples with "
-                       'the heads).')
+    if (self.sampling and self.lookup.heads == 'tree'
+        and not isinstance(self.criterion, criteria_lib.Exact)):
+      raise ValueError('a tree under sampling is verified by the rejection '
+                       "rule (criterion 'exact'), not typical acceptance.")
 
   def _check_refinement(self, vocab_size: int, dependent_heads: str) -> None:
     if self.sampling:

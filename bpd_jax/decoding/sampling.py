@@ -206,11 +206,16 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
       _proposals, fns, sampler, criterion,
       options.lookup if options.proposer == 'lookup' else None, ngram,
       prompt, prompt_lengths, k=k)
+  tree = options.proposer in ('tree', 'lookup_tree')
+  if tree and (fns.extend_tree is None or fns.commit is None):
+    raise ValueError('several drafts a call need the model\'s extend_tree '
+                     'and commit (DecodingFns).')
   if options.proposer == 'tree':
-    if fns.extend_tree is None or fns.commit is None:
-      raise ValueError('several drafts a call need the model\'s '
-                       'extend_tree and commit (DecodingFns).')
     propose = functools.partial(_tree_proposals, options.tree, fns, sampler,
+                                k=k)
+  elif options.proposer == 'lookup_tree':
+    propose = functools.partial(_lookup_tree_proposals, fns, sampler,
+                                options.lookup, ngram, prompt, prompt_lengths,
                                 k=k)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
@@ -219,7 +224,7 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
       k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
   state = SamplingState(inner, keys, jnp.ones((), jnp.int32))
   ids = dict(k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
-  if options.proposer == 'tree':
+  if tree:
     step = functools.partial(_tree_sampling_step, fns, prompt_lengths,
                              sampler, propose, **ids)
   else:
@@ -327,6 +332,34 @@ def _tree_proposals(tree, fns, sampler, cache, features, next_tokens, start,
     log_q = point_mass(block.tokens, growth.node_logits().shape[-1])
   else:
     log_q = sampler.log_probs(growth.node_logits())
+  return SampledTree(block, log_q), cache
+
+
+def _lookup_tree_proposals(fns, sampler, lookup, ngram, prompt,
+                           prompt_lengths, cache, features, next_tokens,
+                           start, last, tokens, lengths, *, keys, k
+                           ) -> tuple[SampledTree, Cache]:
+  """The heads' draft (drawn from their q, or their argmax) and the
+  lookup's (point masses; the heads' tokens in its empty slots) as one
+  tree (`tree.from_drafts`, the heads' chain first). A node keeps the q
+  it was chosen by: the heads' chain its q, every node only the lookup
+  drafted a point mass at its token, which is lossless for any token
+  fixed before the call's coins are drawn (`tree_sampling.py`).
+  Arguments as `_proposals`'."""
+  token = ops.take_at(next_tokens, last)
+  heads, cache = _heads_proposals(fns, sampler, criteria_lib.Exact(), cache,
+                                  features, next_tokens, start, last, keys,
+                                  token)
+  found = lookup_lib.filled(
+      lookup_lib.draft(lookup, prompt, prompt_lengths, tokens, lengths,
+                       k - 1, ngram), heads.tokens[:, 1:])
+  drafts = jnp.stack([heads.tokens, jnp.concatenate([token[:, None], found],
+                                                    axis=1)], axis=1)
+  block = tree_lib.from_drafts(drafts, (k - 1, k - 1), 1 + 2 * (k - 1))
+  # Nodes 1..k - 1 are the heads' chain (the first draft's, all new).
+  log_q = jnp.concatenate(
+      [heads.log_q[:, :1], heads.log_q,
+       point_mass(block.tokens[:, k:], heads.log_q.shape[-1])], axis=1)
   return SampledTree(block, log_q), cache
 
 
