@@ -297,11 +297,7 @@ def _check_drafters(config) -> None:
   """eval.drafters: each a valid spec, checked at every k; 'ngram' ones
   need eval.ngram_path, a file; none on image tasks."""
   ev = config.eval
-  if ev.drafters and tasks.get(config.task.name).kind not in ('text', 'lm'):
-    raise ValueError(f'eval.drafters={tuple(ev.drafters)}: drafters needing '
-                     f'no training are reported for text and '
-                     f'language-model tasks; task.name='
-                     f'{config.task.name!r} is neither.')
+  _reported_for_text(config, 'drafters', 'drafters needing no training are')
   for drafter in ev.drafters:
     _check_decodes(config, f'eval.drafters ({drafter!r} at ks='
                    f'{tuple(ev.ks)})', ev.ks, drafter=drafter)
@@ -318,10 +314,7 @@ def _check_trees(config) -> None:
   """eval.trees: each a valid tree spec at every k it decodes at, text and
   language-model tasks."""
   ev = config.eval
-  if ev.trees and tasks.get(config.task.name).kind not in ('text', 'lm'):
-    raise ValueError(f'eval.trees={tuple(ev.trees)}: trees are reported '
-                     f'for text and language-model tasks; task.name='
-                     f'{config.task.name!r} is neither.')
+  _reported_for_text(config, 'trees', 'trees are')
   for tree in ev.trees:
     try:
       ks = evaluation_spec.tree_ks(tree, ev.ks)
@@ -332,6 +325,17 @@ def _check_trees(config) -> None:
                        f'{tuple(ev.ks)} is deep enough for it.')
     _check_decodes(config, f'eval.trees ({tree!r} at ks={tuple(ks)})', ks,
                    tree=tree)
+
+
+def _reported_for_text(config, field: str, subject: str) -> None:
+  """Raises ValueError where eval.`field` is set on a task that is neither
+  text nor a language model (`subject`: what is reported, with its
+  verb)."""
+  values = config.eval[field]
+  if values and tasks.get(config.task.name).kind not in ('text', 'lm'):
+    raise ValueError(f'eval.{field}={tuple(values)}: {subject} reported '
+                     f'for text and language-model tasks; task.name='
+                     f'{config.task.name!r} is neither.')
 
 
 def _check_decodes(config, name: str, ks, **specs) -> None:
@@ -353,10 +357,7 @@ def _check_samplers(config) -> None:
   """eval.samplers: each a valid sampler, text and language-model tasks
   only."""
   samplers = config.eval.samplers
-  if samplers and tasks.get(config.task.name).kind not in ('text', 'lm'):
-    raise ValueError(f'eval.samplers={tuple(samplers)}: sampling is '
-                     f'reported for text and language-model tasks; '
-                     f'task.name={config.task.name!r} is neither.')
+  _reported_for_text(config, 'samplers', 'sampling is')
   for spec in samplers:
     try:
       decoding.Sampler.from_spec(spec).check(vocab_size=2**31)

@@ -52,8 +52,8 @@ _TREE_SIZES = flags.DEFINE_list(
     'probabilities measured on the calibration sources (e.g. 16,32; exact '
     "verification): each a row at its depth, and a candidate of k='auto'.")
 _DYNAMIC_SIZES = flags.DEFINE_list(
-    'dynamic_sizes', [], "Nodes of dynamic trees (tree='dynamic:N' at the "
-    "largest k) k='auto' chooses from too, each decoded on the "
+    'dynamic_sizes', [], "Nodes of dynamic trees (tree='dynamic:N' at k = "
+    "the model's heads) k='auto' chooses from too, each decoded on the "
     'calibration sources (e.g. 32,64; exact verification).')
 _DRAFTERS = flags.DEFINE_multi_string(
     'drafter', None, "A drafter that needs no training, e.g. 'lookup', "
@@ -140,7 +140,7 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
                  if criterion.split(':')[0] in SAMPLING_CRITERIA]
     # Static trees under sampling (recursive rejection sampling).
     settings += [setting_(k, sampler=sampler, tree=tree)
-                 for tree in trees if not tree.startswith('dynamic')
+                 for tree in trees if not tree_lib.is_dynamic(tree)
                  for k in decodes_at[tree]]
   return settings
 
@@ -254,7 +254,7 @@ def parse(config) -> Plan:
                            f'--calibration_examples > 0.')
   for size in plan.dynamic_sizes:  # tune_k's trees, checked before it tunes.
     try:
-      decoding.DynamicTree(size, max(plan.ks) - 1)
+      decoding.DynamicTree(size, heads - 1)
     except ValueError as error:
       raise app.UsageError(f'--dynamic_sizes: {error}') from None
   try:  # tune_k's rule, checked before it tunes.

@@ -14,7 +14,8 @@ proposed or verified): the reference exact decoding must reproduce token
 for token, with no loop of its own to keep in step (a separate greedy loop
 cost the same per iteration). Sampling (`sampling.py`) runs its own step
 over the same state: its first call (`start`), bookkeeping
-(`append_accepted`, `advance`) and result (`result`) are these.
+(`accept`, with `append_accepted` and `advance`) and result (`result`)
+are these.
 
 Shapes are fixed: the output buffer is padded to max_len + k, every example
 keeps its own length, a block is written at each example's own offset, and
@@ -274,11 +275,7 @@ def _lookup_drafts(lookup, ngram, prompt, prompt_lengths, fns, cache,
   found = lookup_lib.filled(found, heads)
   if lookup.heads == 'fallback':
     return jnp.concatenate([token, found], axis=1), cache
-  # The heads' chain first: an empty lookup draft merges into it.
-  drafts = jnp.stack([jnp.concatenate([token, heads], axis=1),
-                      jnp.concatenate([token, found], axis=1)], axis=1)
-  return tree_lib.from_drafts(drafts, (k - 1, k - 1),
-                              1 + 2 * (k - 1)), cache
+  return lookup_lib.beside_heads(token[:, 0], heads, found), cache
 
 
 def _tree_drafts(tree, fns, cache, features, next_tokens, start, last,
@@ -313,7 +310,7 @@ def _blockwise_step(fns, prompt_lengths, propose, state: BlockwiseState, *,
   else:
     accepted = verify(criterion, state.block[:, 1:], logits[:, :-1],
                       min_block - 1, scored[:, :-1], may_be_empty)
-  return _accept(propose, state, state.block, accepted,
+  return accept(propose, state, state.block, accepted,
                  ops.take_at(scored, accepted), features, cache, start,
                  k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
 
@@ -332,20 +329,22 @@ def _tree_step(fns, prompt_lengths, propose, state: BlockwiseState, *, k,
                                          k - 1)
   cache = fns.commit(cache, start, path)
   rows = jnp.arange(path.shape[0])[:, None]
-  return _accept(propose, state, tree.tokens[rows, path], accepted,
+  return accept(propose, state, tree.tokens[rows, path], accepted,
                  ops.take_at(scored, best), features[rows, path], cache,
                  start, k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
 
 
-def _accept(propose, state, block, accepted, token, features, cache,
+def accept(propose, state, block, accepted, token, features, cache,
             start, *, k, max_len, end_ids, pad_id) -> BlockwiseState:
-  """Appends a verified draft's accepted prefix and the scoring model's
-  token after it, and proposes the next draft.
+  """Appends a verified draft's accepted prefix and the token after it,
+  and proposes the next draft (every loop's step ends here).
 
   Args:
+    propose: the next draft after the call (`_plain_draft`'s arguments).
     block: [batch, k] the draft, its first token the last accepted one.
     accepted: [batch] its proposals accepted.
-    token: [batch] the scoring model's token after the last accepted one.
+    token: [batch] the token after the last accepted one: the scoring
+      model's, or a sampled decode's draw.
     features: [batch, k, ...] the call's outputs at the draft's positions.
     cache, start: the cache after the call, the draft's first position.
   """

@@ -38,6 +38,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
 
 SOURCES = ('lookup', 'ngram')
@@ -285,6 +286,24 @@ def filled(proposals: jax.Array, fallback: jax.Array) -> jax.Array:
   """[batch, m] the lookup's proposals, the fallback's [batch, m] in the
   slots it left empty."""
   return jnp.where(proposals == NO_PROPOSAL, fallback, proposals)
+
+
+def beside_heads(token: jax.Array, heads: jax.Array,
+                 found: jax.Array) -> tree_lib.TreeBlock:
+  """heads='tree': the heads' draft and the lookup's after `token`
+  [batch], one tree of 1 + 2m nodes (`tree.from_drafts`). The heads'
+  chain comes first, so its m proposals are nodes 1..m; an empty lookup
+  draft (filled with the heads', `filled`) merges into it.
+
+  Args:
+    token: [batch] the root, the last accepted token.
+    heads, found: [batch, m] the heads' proposals and the lookup's.
+  """
+  m = heads.shape[1]
+  root = token[:, None]
+  drafts = jnp.stack([jnp.concatenate([root, heads], axis=1),
+                      jnp.concatenate([root, found], axis=1)], axis=1)
+  return tree_lib.from_drafts(drafts, (m, m), 1 + 2 * m)
 
 
 def proposed(block: jax.Array) -> jax.Array:

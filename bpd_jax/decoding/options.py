@@ -260,10 +260,6 @@ class DecodeOptions:
                        f'{self.lookup.spec!r} may propose nothing, so it '
                        f'has no draft to accept unverified; use '
                        f'min_block=1.')
-    if (self.sampling and self.lookup.heads == 'tree'
-        and not isinstance(self.criterion, criteria_lib.Exact)):
-      raise ValueError('a tree under sampling is verified by the rejection '
-                       "rule (criterion 'exact'), not typical acceptance.")
 
   def _check_refinement(self, vocab_size: int, dependent_heads: str) -> None:
     if self.sampling:
@@ -300,9 +296,6 @@ class DecodeOptions:
                        'drafts its rerank favours, which are not draws the '
                        'rejection rule knows; sample over a static tree '
                        "(tree='2,2').")
-    if self.sampling and not isinstance(self.criterion, criteria_lib.Exact):
-      raise ValueError('a tree under sampling is verified by the rejection '
-                       "rule (criterion 'exact'), not typical acceptance.")
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampler_lib.Sampler):
@@ -318,6 +311,10 @@ class DecodeOptions:
                        f'{self.criterion.spec!r}.')
     if self.k == 1 and not isinstance(self.criterion, criteria_lib.Exact):
       raise ValueError('ancestral sampling (k=1) takes no criterion.')
+    if (self.proposer in ('tree', 'lookup_tree')
+        and not isinstance(self.criterion, criteria_lib.Exact)):
+      raise ValueError('a tree under sampling is verified by the rejection '
+                       "rule (criterion 'exact'), not typical acceptance.")
 
 
 # The static stand-in of any sampler with temperature > 0.

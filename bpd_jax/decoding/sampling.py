@@ -328,11 +328,8 @@ def _tree_proposals(tree, fns, sampler, cache, features, next_tokens, start,
   cache = tree_growth.grow(fns, growth, cache, features, next_tokens, start,
                            last, k - 1)
   block = growth.block(ops.take_at(next_tokens, last))
-  if argmax:
-    log_q = point_mass(block.tokens, growth.node_logits().shape[-1])
-  else:
-    log_q = sampler.log_probs(growth.node_logits())
-  return SampledTree(block, log_q), cache
+  return SampledTree(block, proposal_log_q(sampler, block.tokens,
+                                           growth.node_logits())), cache
 
 
 def _lookup_tree_proposals(fns, sampler, lookup, ngram, prompt,
@@ -353,10 +350,8 @@ def _lookup_tree_proposals(fns, sampler, lookup, ngram, prompt,
   found = lookup_lib.filled(
       lookup_lib.draft(lookup, prompt, prompt_lengths, tokens, lengths,
                        k - 1, ngram), heads.tokens[:, 1:])
-  drafts = jnp.stack([heads.tokens, jnp.concatenate([token[:, None], found],
-                                                    axis=1)], axis=1)
-  block = tree_lib.from_drafts(drafts, (k - 1, k - 1), 1 + 2 * (k - 1))
-  # Nodes 1..k - 1 are the heads' chain (the first draft's, all new).
+  block = lookup_lib.beside_heads(token, heads.tokens[:, 1:], found)
+  # Nodes 1..k - 1 are the heads' chain.
   log_q = jnp.concatenate(
       [heads.log_q[:, :1], heads.log_q,
        point_mass(block.tokens[:, k:], heads.log_q.shape[-1])], axis=1)
@@ -381,16 +376,10 @@ def _tree_sampling_step(fns, prompt_lengths, sampler, propose,
       verify_key, tree, log_p, inner.block.log_q, k - 1)
   cache = fns.commit(cache, start, path)
   rows = jnp.arange(path.shape[0])[:, None]
-  next_tokens = steps.block_next_tokens(tree.tokens[rows, path], accepted,
-                                        token)
-  tokens, lengths, done, count = blockwise_lib.append_accepted(
-      inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
-      pad_id=pad_id)
-  next_block, cache = propose(cache, features[rows, path], next_tokens,
-                              start, accepted, tokens, lengths,
-                              keys=draft_key)
-  inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
-                                next_block, cache, k)
+  inner = blockwise_lib.accept(
+      functools.partial(propose, keys=draft_key), inner,
+      tree.tokens[rows, path], accepted, token, features[rows, path], cache,
+      start, k=k, max_len=max_len, end_ids=end_ids, pad_id=pad_id)
   return SamplingState(inner, state.keys, state.call + 1)
 
 
@@ -447,13 +436,8 @@ def _sampling_step(fns, prompt_lengths, sampler, criterion, propose,
                         residual_log_probs(after, ops.take_at(draft_log_q,
                                                               slot)), after)
   # The token after the accepted proposals: one draw per example.
-  token = draw(token_key, after)
-  next_tokens = steps.block_next_tokens(block, accepted, token)
-  tokens, lengths, done, count = blockwise_lib.append_accepted(
-      inner, next_tokens, accepted, k=k, max_len=max_len, end_ids=end_ids,
-      pad_id=pad_id)
-  next_block, cache = propose(cache, features, next_tokens, start, accepted,
-                              tokens, lengths, keys=draft_key)
-  inner = blockwise_lib.advance(inner, tokens, lengths, done, count,
-                                next_block, cache, k)
+  inner = blockwise_lib.accept(
+      functools.partial(propose, keys=draft_key), inner, block, accepted,
+      draw(token_key, after), features, cache, start, k=k, max_len=max_len,
+      end_ids=end_ids, pad_id=pad_id)
   return SamplingState(inner, state.keys, state.call + 1)

@@ -147,7 +147,7 @@ class Tree:
   def from_spec(cls, spec: str, depth: int) -> 'Tree | DynamicTree':
     """'W1,W2,...': `from_widths`; 'dynamic:N[,top=T,frontier=W]': a
     `DynamicTree` (configs, flags)."""
-    if spec.startswith('dynamic'):
+    if is_dynamic(spec):
       return DynamicTree.from_spec(spec, depth)
     try:
       widths = tuple(int(w) for w in spec.split(','))
@@ -322,10 +322,7 @@ class DynamicTree:
   @property
   def widths(self) -> tuple[int, ...]:
     """Nodes expanded at each level, the root's (1) first: depth values."""
-    widths = [1]
-    for _ in range(self.depth - 1):
-      widths.append(min(self.frontier, widths[-1] * self.top))
-    return tuple(widths)
+    return _expanded(self.depth, self.top, self.frontier)
 
   @property
   def drafted(self) -> int:
@@ -351,6 +348,35 @@ class DynamicTree:
     if self.temperature != 1:
       extra += f',temperature={self.temperature:g}'
     return f'dynamic:{self.size}{extra}'
+
+
+def is_dynamic(spec: str) -> bool:
+  """Whether a tree spec names a `DynamicTree` ('dynamic:N...')."""
+  return spec.startswith('dynamic')
+
+
+def shallowest(spec: str) -> int:
+  """The least depth (k - 1) a tree spec decodes at: its widths' count,
+  or the depth whose levels first draft a dynamic tree's N - 1 nodes. A
+  bad spec is a ValueError naming it."""
+  if not is_dynamic(spec):
+    depth = len(spec.split(','))
+    Tree.from_spec(spec, depth)
+    return depth
+  tree = DynamicTree.from_spec(spec, MAX_NODES)  # Checked where it fits.
+  return next(depth for depth in range(1, MAX_NODES + 1)
+              if tree.top * sum(_expanded(depth, tree.top, tree.frontier))
+              >= tree.size - 1)
+
+
+def _expanded(depth: int, top: int, frontier: int) -> tuple[int, ...]:
+  """A dynamic tree's nodes expanded at each of its `depth` levels, the
+  root's (1) first: each level `top` times the last, at most
+  `frontier`."""
+  widths = [1]
+  for _ in range(depth - 1):
+    widths.append(min(frontier, widths[-1] * top))
+  return tuple(widths)
 
 
 @jax.tree_util.register_dataclass

@@ -140,7 +140,7 @@ class DynamicGrowth:
     self.pool_depths = []
     self.frontier_scores = None  # [batch, W] path log-probabilities.
     self.frontier_ids = None  # [batch, W] their pool ids (-1: the root).
-    self.size = 0
+    self.drafted = 0  # Nodes in the pool.
 
   def grow(self, level: int, logits: jax.Array):
     """Expands level `level`'s frontier into `top` children each and
@@ -163,8 +163,8 @@ class DynamicGrowth:
     self.pool_parents.append(jnp.repeat(self.frontier_ids, top, axis=1))
     self.pool_scores.append(scores)
     self.pool_depths.append(np.full(width * top, level + 1, np.int32))
-    first = self.size
-    self.size += width * top
+    first = self.drafted
+    self.drafted += width * top
     following = self.widths[level + 1]
     if not following:
       return (jnp.zeros((batch, 0), jnp.int32),
@@ -183,14 +183,13 @@ class DynamicGrowth:
     scores = jnp.concatenate(self.pool_scores, axis=1)
     depths = np.concatenate(self.pool_depths)
     keep = self.tree.size - 1
-    # Stable: of equal path probabilities the earlier drafted node first,
-    # so a parent (drafted before its children, never less probable) is
-    # kept before them.
-    chosen = jnp.sort(jnp.argsort(-scores, axis=1, stable=True)[:, :keep],
-                      axis=1)
+    # Of equal path probabilities top_k takes the earlier drafted node
+    # first, so a parent (drafted before its children, never less
+    # probable) is kept before them.
+    chosen = jnp.sort(jax.lax.top_k(scores, keep)[1], axis=1)
     batch, rows = root.shape[0], jnp.arange(root.shape[0])[:, None]
     # Pool id -> node (1..keep); the root's pool id is -1, its node 0.
-    node_of = jnp.zeros((batch, self.size + 1), jnp.int32).at[
+    node_of = jnp.zeros((batch, self.drafted + 1), jnp.int32).at[
         rows, chosen + 1].set(jnp.arange(1, keep + 1, dtype=jnp.int32))
     node_parents = jnp.take_along_axis(
         node_of, jnp.take_along_axis(parents, chosen, axis=1) + 1, axis=1)

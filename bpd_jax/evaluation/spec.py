@@ -231,26 +231,15 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
               for k in ks for criterion in eval_config.criteria
               if criterion.split(':')[0] in SAMPLING_CRITERIA]
     specs += [spec(k, sampler=sampler, tree=tree) for tree in trees
-              if not tree.startswith('dynamic') for k in tree_ks(tree, ks)]
+              if not decoding.tree.is_dynamic(tree)
+              for k in tree_ks(tree, ks)]
   return specs
 
 
 def tree_ks(tree: str, ks) -> list[int]:
-  """The ks > 1 a tree spec decodes at: those deeper than its widths
-  (padded with argmax nodes below them); for a dynamic tree those whose
-  k - 1 levels draft enough nodes to keep N. A bad spec is a ValueError
-  naming it."""
-  ks = [k for k in ks if k > 1]
-  if not tree.startswith('dynamic'):
-    depth = len(tree.split(','))
-    decoding.Tree.from_spec(tree, depth)
-    return [k for k in ks if k > depth]
-  deepest = decoding.DynamicTree.from_spec(tree, decoding.tree.MAX_NODES)
-  fits = []
-  for k in ks:
-    try:
-      dataclasses.replace(deepest, depth=k - 1)
-      fits.append(k)
-    except ValueError:  # Too shallow to draft N - 1 nodes.
-      pass
-  return fits
+  """The ks a tree spec decodes at: those deep enough for it
+  (`tree.shallowest`: a static tree's widths, padded with argmax nodes
+  below them; a dynamic tree's levels drafting its N nodes). A bad spec
+  is a ValueError naming it."""
+  depth = decoding.tree.shallowest(tree)
+  return [k for k in ks if k - 1 >= depth]

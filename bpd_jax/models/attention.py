@@ -163,15 +163,23 @@ def attend_with_node_entries(q: jax.Array, keys: jax.Array,
   Returns:
     [batch, W, heads, head_dim] attended values.
   """
-  all_keys = jnp.concatenate([keys.astype(q.dtype),
-                              node_keys.astype(q.dtype)], axis=1)
-  all_values = jnp.concatenate([values.astype(q.dtype),
-                                node_values.astype(q.dtype)], axis=1)
-  return jax.nn.dot_product_attention(
-      q, all_keys, all_values,
-      mask=jnp.concatenate([jnp.broadcast_to(
-          mask, node_mask.shape[:1] + (1,) + node_mask.shape[1:2]
-          + mask.shape[-1:]), node_mask[:, None]], axis=-1))
+  # The two parts' scores share one softmax; the cache's entries are read
+  # where they are, not copied beside the nodes' (a copy per tree level).
+  wide = jnp.promote_types(q.dtype, jnp.float32)
+  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], wide))
+  scores = jnp.einsum('bwhd,bshd->bhws', q, keys.astype(q.dtype),
+                      preferred_element_type=wide) * scale
+  node_scores = jnp.einsum('bwhd,bmhd->bhwm', q, node_keys.astype(q.dtype),
+                           preferred_element_type=wide) * scale
+  weights = jax.nn.softmax(jnp.concatenate(
+      [jnp.where(mask, scores, -jnp.inf),
+       jnp.where(node_mask[:, None], node_scores, -jnp.inf)], axis=-1),
+                           axis=-1).astype(q.dtype)
+  length = keys.shape[1]
+  return (jnp.einsum('bhws,bshd->bwhd', weights[..., :length],
+                     values.astype(q.dtype))
+          + jnp.einsum('bhwm,bmhd->bwhd', weights[..., length:],
+                       node_values.astype(q.dtype)))
 
 
 class _Projections(nnx.Module):
