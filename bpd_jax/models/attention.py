@@ -99,6 +99,16 @@ def padding_mask(key_valid: jax.Array) -> jax.Array:
   return key_valid[:, None, None, :]
 
 
+def _scores(equation: str, q: jax.Array, keys: jax.Array) -> jax.Array:
+  """Scaled dot-product scores of queries and keys (`equation`), in at
+  least float32, as jax.nn.dot_product_attention (what decoding runs)
+  computes them."""
+  wide = jnp.promote_types(q.dtype, jnp.float32)
+  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], wide))
+  return jnp.einsum(equation, q, keys.astype(q.dtype),
+                    preferred_element_type=wide) * scale
+
+
 def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
                             mask: jax.Array, own_keys: list[jax.Array],
                             own_values: list[jax.Array]) -> jax.Array:
@@ -120,16 +130,9 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
   Returns:
     [batch, T, heads, head_dim] attended values.
   """
-  # Scores and softmax in at least float32, as jax.nn.dot_product_attention
-  # (what decoding runs) computes them.
-  wide = jnp.promote_types(q.dtype, jnp.float32)
-  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], wide))
-  scores = jnp.einsum('bthd,bshd->bhts', q, keys.astype(q.dtype),
-                      preferred_element_type=wide) * scale
-  scores = jnp.where(mask, scores, -jnp.inf)
-  own = jnp.stack([jnp.einsum('bthd,bthd->bht', q, key.astype(q.dtype),
-                              preferred_element_type=wide)
-                   for key in own_keys], axis=-1) * scale
+  scores = jnp.where(mask, _scores('bthd,bshd->bhts', q, keys), -jnp.inf)
+  own = jnp.stack([_scores('bthd,bthd->bht', q, key) for key in own_keys],
+                  axis=-1)
   weights = jax.nn.softmax(jnp.concatenate([scores, own], axis=-1),
                            axis=-1).astype(q.dtype)
   length = keys.shape[1]
@@ -165,15 +168,10 @@ def attend_with_node_entries(q: jax.Array, keys: jax.Array,
   """
   # The two parts' scores share one softmax; the cache's entries are read
   # where they are, not copied beside the nodes' (a copy per tree level).
-  wide = jnp.promote_types(q.dtype, jnp.float32)
-  scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], wide))
-  scores = jnp.einsum('bwhd,bshd->bhws', q, keys.astype(q.dtype),
-                      preferred_element_type=wide) * scale
-  node_scores = jnp.einsum('bwhd,bmhd->bhwm', q, node_keys.astype(q.dtype),
-                           preferred_element_type=wide) * scale
-  weights = jax.nn.softmax(jnp.concatenate(
-      [jnp.where(mask, scores, -jnp.inf),
-       jnp.where(node_mask[:, None], node_scores, -jnp.inf)], axis=-1),
+  scores = jnp.where(mask, _scores('bwhd,bshd->bhws', q, keys), -jnp.inf)
+  node_scores = jnp.where(node_mask[:, None],
+                          _scores('bwhd,bmhd->bhwm', q, node_keys), -jnp.inf)
+  weights = jax.nn.softmax(jnp.concatenate([scores, node_scores], axis=-1),
                            axis=-1).astype(q.dtype)
   length = keys.shape[1]
   return (jnp.einsum('bhws,bshd->bwhd', weights[..., :length],
