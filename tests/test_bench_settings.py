@@ -30,7 +30,7 @@ def test_sweep_order_and_combinations():
   assert [s.name for s in settings.sweep([2, 3], trees=['2'],
                                          max_len=10)] == [
       'greedy', 'k=2', 'k=3', 'k=2 tree=2', 'k=3 tree=2']
-  # A dynamic tree at every k; static trees under each sampler too.
+  # A dynamic tree at every k; every tree under each sampler too.
   assert [s.name for s in settings.sweep(
       [2, 3], trees=['2', 'dynamic:5,top=4'], samplers=['temperature=1.0'],
       max_len=10)] == [
@@ -38,7 +38,8 @@ def test_sweep_order_and_combinations():
           'k=2 tree=dynamic:5,top=4', 'k=3 tree=dynamic:5,top=4',
           'ancestral temperature=1', 'k=2 temperature=1',
           'k=3 temperature=1', 'k=2 tree=2 temperature=1',
-          'k=3 tree=2 temperature=1']
+          'k=3 tree=2 temperature=1', 'k=2 tree=dynamic:5,top=4 temperature=1',
+          'k=3 tree=dynamic:5,top=4 temperature=1']
   assert [s.name for s in settings.sweep(
       [2, 4], drafters=['lookup', 'ngram:heads=tree'], max_len=10)] == [
           'greedy', 'k=2', 'k=4', 'k=2 lookup', 'k=4 lookup',

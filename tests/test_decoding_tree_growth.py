@@ -136,6 +136,53 @@ def test_static_growth_draws_take_each_parents_first_draws():
   np.testing.assert_array_equal(drawn.tokens, [[0, 10, 11]])
 
 
+def test_dynamic_growth_over_draws_keeps_a_prefix_of_each_nodes_draws():
+  # Children drawn without replacement (a dependent drafter, 24 examples):
+  # the j-th child's score is its parent's plus the j-th greatest log q,
+  # fixed before the draws, so each node keeps a prefix of its draws, in
+  # draw order, and every kept node's logits are its parent's.
+  from bpd_jax.decoding import tree_sampling  # pylint: disable=g-import-not-at-top
+  batch, depth = 24, 3
+  table = jnp.asarray(np.random.default_rng(3).normal(0, 2, (VOCAB, VOCAB)))
+  keys = jax.random.split(jax.random.key(0), batch)
+
+  def choose(level, logits, count):
+    level_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, level)
+    return tree_sampling.draw_children(
+        level_keys, jax.nn.log_softmax(logits), count)
+
+  growth = tree_growth.DynamicGrowth(
+      DynamicTree(6, depth, top=3, frontier=2), choose)
+  drawn = {}  # (example, parent path) -> its draws in order.
+  tokens = jnp.zeros((batch, 1), jnp.int32)
+  paths = [[()] for _ in range(batch)]
+  for level in range(depth):
+    logits = table[tokens]
+    draws = np.asarray(choose(level, logits, 3)[0])
+    for b in range(batch):
+      for w, path in enumerate(paths[b]):
+        drawn[b, path] = list(draws[b, w])
+    tokens, parents = growth.grow(level, logits)
+    paths = [[paths[b][int(p)] + (int(t),) for p, t in zip(
+        np.asarray(parents[b]), np.asarray(tokens[b]))]
+             for b in range(batch)]
+  block = growth.block(jnp.zeros((batch,), jnp.int32))
+  node_logits = np.asarray(growth.node_logits())
+  pruned = 0
+  for b in range(batch):
+    kept = paths_of(block, b)
+    for node, path in kept.items():
+      if not path:
+        continue
+      np.testing.assert_allclose(node_logits[b, node],
+                                 table[((0,) + path)[-2]])
+      siblings = [p[-1] for n, p in sorted(kept.items())
+                  if len(p) == len(path) and p[:-1] == path[:-1]]
+      assert siblings == drawn[b, path[:-1]][:len(siblings)]
+      pruned += len(siblings) < 3
+  assert pruned  # The rerank did drop later draws somewhere.
+
+
 def test_dynamic_tree_specs_and_limits():
   tree = DynamicTree(32, 4, top=4)
   assert tree.spec == 'dynamic:32,top=4'

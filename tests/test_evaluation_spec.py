@@ -73,11 +73,15 @@ def test_decoders_from_config_skip_a_greedy_k():
   config = ml_collections.ConfigDict(dict(
       max_len=6, ks=(1, 4), criteria=('exact', 'typical:0.3,0.09'),
       min_block=1, samplers=('temperature=0.7',),
-      drafters=('lookup:heads=tree',)))
+      drafters=('lookup:heads=tree',), trees=('2', 'dynamic:4,top=2')))
   specs = spec_lib.decoders_from_config(config)
+  # Every tree under each sampler too, a dynamic one included.
   assert [s.name for s in specs] == [
       'greedy', 'blockwise k=4', 'blockwise k=4 typical:0.3,0.09',
-      'blockwise k=4 lookup:heads=tree',
+      'blockwise k=4 lookup:heads=tree', 'blockwise k=4 tree=2',
+      'blockwise k=4 tree=dynamic:4,top=2',
       'ancestral temperature=0.7', 'blockwise k=4 temperature=0.7',
-      'blockwise k=4 typical:0.3,0.09 temperature=0.7']
+      'blockwise k=4 typical:0.3,0.09 temperature=0.7',
+      'blockwise k=4 tree=2 temperature=0.7',
+      'blockwise k=4 tree=dynamic:4,top=2 temperature=0.7']
   assert {s.max_len for s in specs} == {6}

@@ -637,9 +637,6 @@ def small_model():
     (dict(k=3, tree=Tree.from_widths((8,), 2)), 'top 8 tokens of a '
      'vocabulary of 7'),
     (dict(k=3, tree=Tree.chain(2), min_block=2), 'a tree has no one draft'),
-    (dict(k=3, tree=DynamicTree(size=4, depth=2, top=2),
-          sampler=Sampler(temperature=1.0)),
-     'a dynamic tree takes no sampling'),
     (dict(k=3, tree=Tree.from_widths((2,), 2),
           sampler=Sampler(temperature=1.0), criterion=Typical(0.3, 0.1)),
      'a tree under sampling is verified by the rejection rule'),

@@ -519,6 +519,54 @@ def test_samples_over_a_tree_have_the_base_models_distribution(
       k=k, tree=decoding.Tree.from_widths(TREES[widths][:k - 1], k - 1))
 
 
+@pytest.mark.parametrize('k,head_layer,proposals', [
+    # A dependent drafter's draws by default; a one-pass drafter's, and
+    # argmax proposals (point masses), slow.
+    (4, 'autoregressive', 'draw'),
+    pytest.param(4, 'independent', 'draw', marks=pytest.mark.slow),
+    pytest.param(4, 'sequential', 'argmax', marks=pytest.mark.slow)])
+def test_samples_over_a_dynamic_tree_have_the_base_models_distribution(
+    k, head_layer, proposals):
+  # The rerank keeps 5 of the 15 nodes drafted, two nodes expanded a
+  # level: a prefix of each node's draws, chosen before they are drawn.
+  assert_samples_keep_the_distribution(
+      tiny_model(head_layer),
+      [dataclasses.replace(sampler, proposals=proposals)
+       for sampler in SAMPLERS[:2]],
+      k=k, tree=decoding.DynamicTree(6, k - 1, top=3, frontier=2))
+
+
+def test_a_dynamic_tree_that_keeps_its_most_likely_draws_fails(
+    monkeypatch):
+  # EAGLE-2's rerank taken over to draws as it is: a node's draws ranked
+  # by their own probability, so the likeliest are kept and tried first:
+  # the tried draws are no longer draws from q without the earlier ones.
+  from bpd_jax.decoding import tree_sampling  # pylint: disable=g-import-not-at-top
+  model = tiny_model('autoregressive')
+  sampler = SAMPLERS[0]
+  exact = exact_distribution(model, sampler)
+  jax.clear_caches()
+  draw_children = tree_sampling.draw_children
+
+  def likeliest_first(keys, log_q, count):
+    tokens, drawn = draw_children(keys, log_q, count)
+    order = jnp.argsort(-jnp.take_along_axis(log_q, tokens, axis=-1),
+                        axis=-1)
+    return (jnp.take_along_axis(tokens, order, axis=-1),
+            jnp.take_along_axis(drawn, order, axis=-1))
+
+  monkeypatch.setattr(tree_sampling, 'draw_children', likeliest_first)
+  try:
+    source = np.repeat(model_inputs(model), SAMPLES, axis=0)
+    result = generate.blockwise(
+        model, source, k=3, max_len=MAX_LEN, sampler=sampler, key=20,
+        tree=decoding.DynamicTree(3, 2, top=4, frontier=1))
+    assert chi_square_p_value(outcomes(result), exact) < 1e-10
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+
+
 def test_a_tree_whose_siblings_are_taken_for_independent_draws_fails(
     monkeypatch):
   # Siblings drawn without replacement, each verified against the whole

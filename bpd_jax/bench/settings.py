@@ -45,8 +45,8 @@ _TREES = flags.DEFINE_multi_string(
     'tree', None, "A tree of the heads' candidates, as widths per depth, "
     "e.g. '2,2', or a tree of N nodes made each call from the drafter's "
     "confidence, 'dynamic:N[,top=T,frontier=W]' (repeatable): a row at "
-    'every k deeper than it, exact verification, and a static tree under '
-    'each sampler.')
+    'every k deeper than it, exact verification, and one under each '
+    'sampler.')
 _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], 'Nodes of the most probable trees under the rank '
     'probabilities measured on the calibration sources (e.g. 16,32; exact '
@@ -109,7 +109,7 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
   is given its trees (`AutoK.trees`, the most probable of each size) at
   their depth and k='auto'; then per sampler its ancestral sampling (that
   sampler's reference), blockwise sampling at every k > 1 with each
-  criterion sampling takes, and the static trees under sampling."""
+  criterion sampling takes, and the trees under sampling."""
   for spec in criteria:
     decoding.from_spec(spec)  # A bad spec fails here, before any work.
   for spec in samplers:
@@ -138,10 +138,9 @@ def sweep(ks: Sequence[int], criteria: Sequence[str] = ('exact',),
     settings += [setting_(k, criterion, sampler=sampler)
                  for criterion in criteria for k in ks
                  if criterion.split(':')[0] in SAMPLING_CRITERIA]
-    # Static trees under sampling (recursive rejection sampling).
+    # Trees under sampling (recursive rejection sampling).
     settings += [setting_(k, sampler=sampler, tree=tree)
-                 for tree in trees if not tree_lib.is_dynamic(tree)
-                 for k in decodes_at[tree]]
+                 for tree in trees for k in decodes_at[tree]]
   return settings
 
 

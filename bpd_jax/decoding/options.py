@@ -291,11 +291,6 @@ class DecodeOptions:
     if self.refinement is not None:
       raise ValueError('a tree takes no refinement: a refinement makes its '
                        'own tree of its drafts.')
-    if self.sampling and isinstance(self.tree, tree_lib.DynamicTree):
-      raise ValueError('a dynamic tree takes no sampling: it keeps the '
-                       'drafts its rerank favours, which are not draws the '
-                       'rejection rule knows; sample over a static tree '
-                       "(tree='2,2').")
 
   def _check_sampler(self, vocab_size: int) -> None:
     if not isinstance(self.sampler, sampler_lib.Sampler):

@@ -60,10 +60,12 @@ alternative: the heads' argmax drafts, accepted where p(x) exceeds
 min(eps, delta * exp(-H(p))), then a token drawn from p. It is faster on
 flat distributions but does not preserve them.
 
-A static tree of drafts (`tree.Tree`) is sampled over losslessly too: a
-node's children are draws without replacement from the drafter's q at
-that node, verified by recursive rejection sampling
-(`tree_sampling.py`, where the argument is).
+A tree of drafts (`tree.Tree`, or a `tree.DynamicTree` made each call) is
+sampled over losslessly too: a node's children are draws without
+replacement from the drafter's q at that node, verified by recursive
+rejection sampling (`tree_sampling.py`, where the argument is); a dynamic
+tree keeps a prefix of each node's draws, chosen before they are drawn
+(`tree_growth.DynamicGrowth`).
 
 Randomness: each example has its own key; call c of the decode draws
 from fold_in(key, c), so an example samples as it would alone with its
@@ -142,9 +144,9 @@ class SampledTree:
   """A sampled decode's next tree of drafts (`BlockwiseState.block`).
 
   Attributes:
-    tree: the nodes; a node's children are its parent's first draws
-      without replacement from the drafter's q (argmax proposals: its
-      most likely tokens), in draw order.
+    tree: the nodes; a node's children are its first draws without
+      replacement from the drafter's q (argmax proposals: its most likely
+      tokens), in draw order.
     log_q: [batch, N, vocab] the warped log-distribution each node was
       drawn from (its parent's q; a point mass at the node's token for
       argmax proposals); node 0's is unread.
@@ -309,11 +311,12 @@ def proposal_log_q(sampler: Sampler, proposals: jax.Array,
 def _tree_proposals(tree, fns, sampler, cache, features, next_tokens, start,
                     last, tokens, lengths, *, keys, k
                     ) -> tuple[SampledTree, Cache]:
-  """The next tree of a static `tree.Tree` under sampling, grown level by
-  level (`tree_growth.py`): each node's children its first draws without
-  replacement from the warped drafter (`tree_sampling.draw_children`), or
-  its most likely tokens for argmax proposals (point masses). Arguments
-  as `_proposals`'."""
+  """The next tree of a `tree.Tree` or a `tree.DynamicTree` under
+  sampling, grown level by level (`tree_growth.py`): each node's children
+  its first draws without replacement from the warped drafter
+  (`tree_sampling.draw_children`; a dynamic tree keeps a prefix of each
+  node's draws), or its most likely tokens for argmax proposals (point
+  masses). Arguments as `_proposals`'."""
   del tokens, lengths
   argmax = sampler.proposals == 'argmax'
 
@@ -324,7 +327,7 @@ def _tree_proposals(tree, fns, sampler, cache, features, next_tokens, start,
         jax.vmap(jax.random.fold_in, (0, None))(keys, level),
         sampler.log_probs(logits), count)
 
-  growth = tree_growth.StaticGrowth(tree, choose, draws=not argmax)
+  growth = tree_growth.growth(tree, choose, draws=not argmax)
   cache = tree_growth.grow(fns, growth, cache, features, next_tokens, start,
                            last, k - 1)
   block = growth.block(ops.take_at(next_tokens, last))

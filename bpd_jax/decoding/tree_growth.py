@@ -130,17 +130,37 @@ class StaticGrowth:
 
 
 class DynamicGrowth:
-  """EAGLE-2's expand and rerank over a `DynamicTree`, per example."""
+  """EAGLE-2's expand and rerank over a `DynamicTree`, per example.
 
-  def __init__(self, tree: tree_lib.DynamicTree):
-    self.tree = tree
+  A node's j-th child scores its parent's score plus the log of the
+  drafter's j-th greatest probability there. For children taken by rank
+  (the argmax's) that is the child's own probability, as EAGLE-2 scores;
+  for children drawn without replacement (sampling) it is fixed before
+  anything is drawn, so whether a draw is kept never depends on the
+  draws: each node keeps a prefix of its draws, tried in draw order
+  (`tree_sampling.verify`), and the rejection rule stays lossless. A
+  score never exceeds its parent's or an earlier sibling's.
+
+  Args:
+    tree: the dynamic tree.
+    choose: as `StaticGrowth`'s: (level, logits, count) -> the first
+      `count` candidates of each expanded node in order, and whether each
+      could be drawn.
+  """
+
+  def __init__(self, tree: tree_lib.DynamicTree, choose=greedy_children):
+    self.tree, self.choose = tree, choose
     self.widths = tree.widths + (0,)
     # The pool of drafted nodes, level by level: [batch, n] each.
     self.pool_tokens, self.pool_parents, self.pool_scores = [], [], []
     self.pool_depths = []
+    # The logits each pool node was chosen from: its level's [batch, W,
+    # vocab] and its parent's place among them, numbered over all levels.
+    self.level_logits, self.pool_sources = [], []
     self.frontier_scores = None  # [batch, W] path log-probabilities.
     self.frontier_ids = None  # [batch, W] their pool ids (-1: the root).
     self.drafted = 0  # Nodes in the pool.
+    self.kept = None  # [batch, N - 1] the kept nodes' pool ids, once known.
 
   def grow(self, level: int, logits: jax.Array):
     """Expands level `level`'s frontier into `top` children each and
@@ -151,9 +171,10 @@ class DynamicGrowth:
       self.frontier_scores = jnp.zeros((batch, 1), jnp.float32)
       self.frontier_ids = jnp.full((batch, 1), -1, jnp.int32)
     top = self.tree.top
-    log_probs = jax.nn.log_softmax(
-        logits.astype(jnp.float32) / self.tree.temperature, axis=-1)
-    child_scores, child_tokens = jax.lax.top_k(log_probs, top)
+    child_tokens, drawn = self.choose(level, logits, top)
+    child_scores = jnp.where(drawn, jax.lax.top_k(jax.nn.log_softmax(
+        logits.astype(jnp.float32) / self.tree.temperature, axis=-1),
+                                                  top)[0], -jnp.inf)
     shape = (batch, width, top)
     child_scores = jnp.broadcast_to(child_scores, shape)
     child_tokens = jnp.broadcast_to(child_tokens, shape)
@@ -163,6 +184,11 @@ class DynamicGrowth:
     self.pool_parents.append(jnp.repeat(self.frontier_ids, top, axis=1))
     self.pool_scores.append(scores)
     self.pool_depths.append(np.full(width * top, level + 1, np.int32))
+    # A one-pass drafter's logits ([batch, 1, vocab]) serve every parent.
+    offset = sum(part.shape[1] for part in self.level_logits)
+    places = np.arange(width) if logits.shape[1] > 1 else np.zeros(width)
+    self.pool_sources.append(offset + np.repeat(places, top).astype(np.int32))
+    self.level_logits.append(logits)
     first = self.drafted
     self.drafted += width * top
     following = self.widths[level + 1]
@@ -183,10 +209,7 @@ class DynamicGrowth:
     scores = jnp.concatenate(self.pool_scores, axis=1)
     depths = np.concatenate(self.pool_depths)
     keep = self.tree.size - 1
-    # Of equal path probabilities top_k takes the earlier drafted node
-    # first, so a parent (drafted before its children, never less
-    # probable) is kept before them.
-    chosen = jnp.sort(jax.lax.top_k(scores, keep)[1], axis=1)
+    chosen = self._chosen()
     batch, rows = root.shape[0], jnp.arange(root.shape[0])[:, None]
     # Pool id -> node (1..keep); the root's pool id is -1, its node 0.
     node_of = jnp.zeros((batch, self.drafted + 1), jnp.int32).at[
@@ -205,13 +228,34 @@ class DynamicGrowth:
                                take(scores) > -jnp.inf], axis=1),
         ancestors=tree_lib.ancestor_matrix(parents, self.tree.depth))
 
+  def node_logits(self) -> jax.Array:
+    """[batch, N, vocab] the logits each kept node was chosen from, in
+    `block`'s order (node 0's: a copy of node 1's, unread)."""
+    chosen = self._chosen()
+    sources = jnp.asarray(np.concatenate(self.pool_sources))[chosen]
+    logits = jnp.concatenate(self.level_logits, axis=1)
+    nodes = jnp.take_along_axis(logits, sources[..., None], axis=1)
+    return jnp.concatenate([nodes[:, :1], nodes], axis=1)
 
-def growth(tree, choose=greedy_children):
-  """The Growth of a Tree (`choose` picks its candidates) or of a
-  DynamicTree."""
+  def _chosen(self) -> jax.Array:
+    """[batch, N - 1] the pool ids of the kept nodes, ascending."""
+    if self.kept is None:
+      scores = jnp.concatenate(self.pool_scores, axis=1)
+      # Of equal path scores top_k takes the earlier drafted node first,
+      # so a parent (drafted before its children, never scored higher) is
+      # kept before them, and a node's earlier children before its later
+      # ones.
+      self.kept = jnp.sort(jax.lax.top_k(scores, self.tree.size - 1)[1],
+                           axis=1)
+    return self.kept
+
+
+def growth(tree, choose=greedy_children, draws: bool = False):
+  """The Growth of a Tree or a DynamicTree; `choose` picks the candidates
+  (`draws`: they are draws without replacement, see `StaticGrowth`)."""
   if isinstance(tree, tree_lib.DynamicTree):
-    return DynamicGrowth(tree)
-  return StaticGrowth(tree, choose)
+    return DynamicGrowth(tree, choose)
+  return StaticGrowth(tree, choose, draws)
 
 
 def grow(fns: DecodingFns, growth_, cache: Cache, features: jax.Array,

@@ -214,8 +214,8 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
   ('exact': the rejection rule; 'typical:...'). A k of 1 in eval.ks is
   the greedy (or ancestral) row already there. Each of eval.drafters
   (drafters that need no training) is a row at every k, exact; each of
-  eval.trees a row at every k deeper than it, exact, and a static one
-  under each sampler too."""
+  eval.trees a row at every k deeper than it, exact, and under each
+  sampler too."""
   ks = [k for k in eval_config.ks if k > 1]
   spec = functools.partial(DecoderSpec.of, eval_config.max_len)
   specs = [spec()] + [spec(k, criterion, eval_config.min_block)
@@ -231,7 +231,6 @@ def decoders_from_config(eval_config) -> list[DecoderSpec]:
               for k in ks for criterion in eval_config.criteria
               if criterion.split(':')[0] in SAMPLING_CRITERIA]
     specs += [spec(k, sampler=sampler, tree=tree) for tree in trees
-              if not decoding.tree.is_dynamic(tree)
               for k in tree_ks(tree, ks)]
   return specs
 
