@@ -6,12 +6,13 @@
 #   scripts/accelerator_bench.sh DATA RUNS OUT
 #
 # DATA: the Multi30k text (train.en/.de, val.en/.de); RUNS: the Multi30k
-# runs of docs/results/multi30k.md (RUNS/base, and whichever head runs exist among
-# RUNS/sequential, RUNS/draft_layer, RUNS/block (the block drafter),
-# RUNS/distilled_finetuned,
-# RUNS/distilled_frozen_sequential, RUNS/distilled_sequential; the
-# distilled ones read RUNS/distilled); OUT: one bench folder per setting
-# (bench.json/.md/.png) and bench.log.
+# runs of docs/results/multi30k.md and block_drafter.md, under their names
+# there (RUNS/base, and whichever head runs exist among RUNS/sequential,
+# RUNS/draft_layer, RUNS/ar_src_base_soft (the frozen base's draft layer),
+# RUNS/m30k_block and RUNS/m30k_blockc (the block drafters),
+# RUNS/distilled_finetuned, RUNS/distilled_frozen_sequential,
+# RUNS/distilled_sequential; the distilled ones read RUNS/distilled); OUT:
+# one bench folder per setting (bench.json/.md/.png) and bench.log.
 #
 # First a Transformer-base-size model (6+6 layers, d_model 512, d_ff 2048)
 # with random weights and each head type: step costs T(k) at batch 1 and
@@ -81,12 +82,15 @@ for heads in independent sequential autoregressive block; do
       --workdir="$OUT/random_base_$heads" "${BASE_SIZE[@]}"
 done
 
-# name:options, each a run of docs/results/multi30k.md (RUNS/base:
-# the base with the paper's heads, trained by its first command).
+# name:options, each a run of docs/results/multi30k.md or block_drafter.md
+# (RUNS/base: the base with the paper's heads, trained by its first
+# command).
 [[ " $PARTS " == *" trained "* ]] &&
 for run in base: sequential:heads=sequential \
     draft_layer:heads=autoregressive \
-    block:heads=block,source=base,targets=base \
+    ar_src_base_soft:heads=autoregressive,source=base,targets=base \
+    m30k_block:heads=block,block_layers=2,source=base,targets=base \
+    m30k_blockc:heads=block_corrected,source=base,targets=base \
     distilled_finetuned:distilled=$RUNS/distilled,base=finetuned \
     distilled_frozen_sequential:distilled=$RUNS/distilled,heads=sequential \
     distilled_sequential:distilled=$RUNS/distilled,base=finetuned,heads=sequential; do
