@@ -38,8 +38,9 @@ def test_analysis_and_comparison_of_a_random_model(tmp_path):
 @pytest.mark.slow  # ~30 s: two subprocesses, three decoders compiled.
 def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
     tmp_path):
-  """The draft layer: the analysis and plain decoding, no rescorer built;
-  a refinement is refused by the head type's name before any work."""
+  """The draft layer: the analysis and plain decoding, and the n-gram
+  model the 'ngram' drafter reads (no neural rescorer); a refinement is
+  refused by the head type's name before any work."""
   # The draft layer reads every position: its training takes them all.
   heads = ['--config.model.head_layer=autoregressive',
            '--config.train.head_position_fraction=1.0']
@@ -54,8 +55,8 @@ def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
   for k, stats in report['analysis']['per_k'].items():
     assert stats['oracle_block_efficiency']['1'] == \
         stats['decoded_block_efficiency'], k
-  assert not (out / 'ngram.npz').exists() and not (out / 'lm').exists()
-  assert 'lm' not in report and 'ngram' not in report
+  assert (out / 'ngram.npz').exists() and not (out / 'lm').exists()
+  assert 'lm' not in report and 'ngram' in report
   result = run('drafts', *TINY, *SMALL, *heads, f'--workdir={tmp_path}',
                '--init=random')
   assert result.returncode != 0

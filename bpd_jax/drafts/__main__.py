@@ -4,6 +4,7 @@
 
 Restores the latest checkpoint in WORKDIR (or, with --init=random, a
 randomly initialised model of the config: the machinery only), builds the
+n-gram model (what the 'ngram' drafter reads, whatever the heads) and the
 rescorers of drafts.refinements, analyses the heads' drafts and times
 plain against refined decoding (`report.run`: the steps and the files,
 OUTPUT_DIR/drafts.json, drafts.md, drafts.png, ngram.npz, lm/).

@@ -1,7 +1,8 @@
 """The draft job's report: its three steps on one model, and its files.
 
 `run` takes the first drafts.num_examples sources of the eval split and
-1. builds the rescorers the refinements use (`rescorer_training.build`);
+1. builds the n-gram model (the 'ngram' drafter's, and a rescorer) and
+   the rescorers the refinements use (`rescorer_training.build`);
 2. analyses the heads' drafts on the greedy outputs (`analysis.analyse`):
    block efficiency, consecutive repetition, head confidence by position,
    oracle top-t block efficiency;
@@ -57,9 +58,12 @@ def run(config, model, task: tasks.TextualTask,
   os.makedirs(output_dir, exist_ok=True)
   result = dict(workdir=workdir, init=init, device=str(jax.devices()[0]),
                 date=time.strftime('%Y-%m-%d %H:%M'))
+  # The n-gram model always: it builds in seconds, and the 'ngram'
+  # drafter (`decoding.Lookup`) reads it whatever the heads, refinement
+  # or not (heads that read each other's proposals take none).
   rescorers, figures = rescorer_training.build(
-      config, task, model.config, text, {r.rescorer for r in refinements},
-      output_dir, log)
+      config, task, model.config, text,
+      {'ngram'} | {r.rescorer for r in refinements}, output_dir, log)
   result.update(figures)
   sources, _ = task.sources(config.eval.split, model.config.max_source_len,
                             d.num_examples)
