@@ -255,6 +255,9 @@ class DynamicTree:
   `size` - 1 most probable are kept (a child is never more probable than
   its parent, so every kept node's parent is kept). Each example makes its
   own tree, with its own tree attention mask. `tree_growth.py` grows it.
+  Under sampling a node's children are draws without replacement, the
+  j-th scored as its j-th most likely token is, before anything is drawn,
+  so that each node keeps a prefix of its draws (lossless).
 
   Attributes:
     size: N, nodes scored per call, the root included: 2 to `MAX_NODES`.

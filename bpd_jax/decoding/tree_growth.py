@@ -171,10 +171,11 @@ class DynamicGrowth:
       self.frontier_scores = jnp.zeros((batch, 1), jnp.float32)
       self.frontier_ids = jnp.full((batch, 1), -1, jnp.int32)
     top = self.tree.top
+    log_probs = jax.nn.log_softmax(
+        logits.astype(jnp.float32) / self.tree.temperature, axis=-1)
     child_tokens, drawn = self.choose(level, logits, top)
-    child_scores = jnp.where(drawn, jax.lax.top_k(jax.nn.log_softmax(
-        logits.astype(jnp.float32) / self.tree.temperature, axis=-1),
-                                                  top)[0], -jnp.inf)
+    child_scores = jnp.where(drawn, jax.lax.top_k(log_probs, top)[0],
+                             -jnp.inf)
     shape = (batch, width, top)
     child_scores = jnp.broadcast_to(child_scores, shape)
     child_tokens = jnp.broadcast_to(child_tokens, shape)
