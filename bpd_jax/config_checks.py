@@ -17,6 +17,7 @@ from bpd_jax.infra import schema
 from bpd_jax.infra import sharding
 from bpd_jax.models import factory
 from bpd_jax.models import drafters
+from bpd_jax.rescorers import ngram
 from bpd_jax.training import losses
 from bpd_jax.training import optim
 
@@ -295,7 +296,8 @@ def _check_buckets(config) -> None:
 
 def _check_drafters(config) -> None:
   """eval.drafters: each a valid spec, checked at every k; 'ngram' ones
-  need eval.ngram_path, a file; none on image tasks."""
+  need eval.ngram_path, a file NgramModel.save wrote; none on image
+  tasks."""
   ev = config.eval
   _reported_for_text(config, 'drafters', 'drafters needing no training are')
   for drafter in ev.drafters:
@@ -308,6 +310,8 @@ def _check_drafters(config) -> None:
                      f"drafts job's OUTPUT_DIR/ngram.npz); it is empty.")
   if ev.ngram_path and not os.path.isfile(ev.ngram_path):
     raise ValueError(f'eval.ngram_path={ev.ngram_path!r} is not a file.')
+  if ev.ngram_path:  # Its arrays, on the host: before any work.
+    ngram.read_arrays(ev.ngram_path)
 
 
 def _check_trees(config) -> None:

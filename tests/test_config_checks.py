@@ -118,6 +118,8 @@ def test_a_config_at_every_limit_passes():
      r'eval.ngram_path, an n-gram model'),
     ('eval', 'ngram_path', '/no/such.npz', "eval.ngram_path='/no/such.npz' "
      'is not a file'),
+    ('eval', 'ngram_path', __file__, f'{__file__} is not an n-gram model '
+     'NgramModel.save wrote'),
     ('eval', 'trees', ('dynamic:x',), r"eval.trees \('dynamic:x'\): tree "
      "'dynamic:x' is not"),
     ('eval', 'trees', ('1,1,1,1,1,1,1,1',), r"eval.trees \('1,1,1,1,1,1,1,1'"

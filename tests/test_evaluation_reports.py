@@ -2,11 +2,16 @@
 
 import inspect
 
+import ml_collections
+import pytest
+
 from bpd_jax import draft_vocab as draft_vocab_lib
 from bpd_jax import evaluation
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import reports
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import errors
+from bpd_jax.rescorers import ngram
 from bpd_jax.tasks import spec as task_spec
 
 import test_evaluation_image
@@ -120,3 +125,15 @@ def test_a_language_models_report_scores_eval_perplexity_tokens(tmp_path):
   assert lines[1].endswith(' (10 tokens, cut there by eval.perplexity_tokens)')
   assert (f'perplexity {result["perplexity"]} over the first 10 tokens '
           f'(eval.perplexity_tokens). Report: ') in lines[-1]
+
+
+def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
+  path = str(tmp_path / 'ngram.npz')
+  ngram.build([[5, 6, 7]], order=2, vocab_size=50, bos_id=2,
+              eos_id=1).save(path)
+  ev = ml_collections.ConfigDict(dict(ngram_path=path))
+  assert reports._rescorers(ev, 50)['ngram'].vocab_size == 50
+  with pytest.raises(errors.DataError, match=rf'^eval.ngram_path={path}: an '
+                     r'n-gram model of a vocabulary of 50 ids, the model '
+                     r'decodes 473'):
+    reports._rescorers(ev, 473)

@@ -24,6 +24,7 @@ from bpd_jax.evaluation import placement
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
 from bpd_jax.rescorers import ngram
 
@@ -86,7 +87,8 @@ def report(config, workdir: str, model, task: tasks.Task,
       batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
       mesh=mesh, param_rules=rules, draft_vocab=draft_ids,
-      rescorers=_rescorers(config.eval), log=log, **_own_options(config))
+      rescorers=_rescorers(config.eval, model.config.vocab_size), log=log,
+      **_own_options(config))
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result
@@ -122,12 +124,24 @@ def periodic(config):
   return evaluate
 
 
-def _rescorers(eval_config) -> dict | None:
+def _rescorers(eval_config, vocab_size: int) -> dict | None:
   """{'ngram': the model at eval.ngram_path} for 'ngram' drafters; None
-  without one."""
+  without one.
+
+  Raises:
+    errors.DataError: the file's vocabulary is not the model's `vocab_size`
+      (before any decoding).
+  """
   if not eval_config.ngram_path:
     return None
-  return {'ngram': ngram.NgramModel.load(eval_config.ngram_path)}
+  model = ngram.NgramModel.load(eval_config.ngram_path)
+  if model.vocab_size != vocab_size:
+    raise errors.DataError(
+        f'eval.ngram_path={eval_config.ngram_path}: an n-gram model of a '
+        f'vocabulary of {model.vocab_size} ids, the model decodes '
+        f'{vocab_size}: build it with the run\'s vocabulary (the drafts '
+        f'job on this run).')
+  return {'ngram': model}
 
 
 def _report_of(config) -> Report:
