@@ -301,6 +301,10 @@ def _check_drafters(config) -> None:
   ev = config.eval
   _reported_for_text(config, 'drafters', 'drafters needing no training are')
   for drafter in ev.drafters:
+    if drafter in ('', 'heads'):  # The heads' rows are there already.
+      raise ValueError(f'eval.drafters={tuple(ev.drafters)}: {drafter!r} is '
+                       f"the model's heads, whose rows eval.ks gives; a "
+                       f"drafter here is 'lookup' or 'ngram', with options.")
     _check_decodes(config, f'eval.drafters ({drafter!r} at ks='
                    f'{tuple(ev.ks)})', ev.ks, drafter=drafter)
   wants_ngram = any(d.startswith('ngram') for d in ev.drafters)

@@ -114,6 +114,8 @@ def test_a_config_at_every_limit_passes():
      r'distance verification needs a finite eps >= 0, got eps=inf'),
     ('eval', 'drafters', ('lookup:min=0',), r"eval.drafters \('lookup:min=0' "
      r'at ks=\(.*\)\): lookup min=0 must be an integer >= 1'),
+    ('eval', 'drafters', ('',), r"eval.drafters=\('',\): '' is the model's "
+     'heads, whose rows eval.ks gives'),
     ('eval', 'drafters', ('ngram',), r"an 'ngram' drafter reads "
      r'eval.ngram_path, an n-gram model'),
     ('eval', 'ngram_path', '/no/such.npz', "eval.ngram_path='/no/such.npz' "
