@@ -11,6 +11,7 @@ from bpd_jax.evaluation import image
 from bpd_jax.evaluation import reports
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.infra import errors
+from bpd_jax.models import TransformerConfig
 from bpd_jax.rescorers import ngram
 from bpd_jax.tasks import spec as task_spec
 
@@ -137,3 +138,17 @@ def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
                      r'n-gram model of a vocabulary of 50 ids, the model '
                      r'decodes 473'):
     reports._rescorers(ev, 473)
+
+
+def test_a_row_the_vocabulary_refuses_is_named_before_any_decoding():
+  # eval.trees, eval.samplers and eval.criteria are checked against a
+  # vocabulary of 2**31 with the config; the model's is known later.
+  model_config = TransformerConfig.from_size('tiny', vocab_size=100,
+                                             num_proposal_heads=4)
+  fine = DecoderSpec.of(16, 4, tree='dynamic:8,top=8')
+  reports._check_with_the_vocabulary([fine], model_config)
+  wide = DecoderSpec.of(16, 4, tree='dynamic:8,top=1000')
+  with pytest.raises(errors.ConfigError, match=r"^config.eval: the row "
+                     r"'blockwise k=4 tree=dynamic:8,top=1000': the tree reads "
+                     r'the top 1000 tokens of a vocabulary of 100\.$'):
+    reports._check_with_the_vocabulary([fine, wide], model_config)

@@ -26,6 +26,7 @@ from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
 from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
+from bpd_jax.models import drafters
 from bpd_jax.rescorers import ngram
 
 
@@ -81,9 +82,10 @@ def report(config, workdir: str, model, task: tasks.Task,
   if draft_ids is not None:
     log(f'Proposals are chosen among the {len(draft_ids)} most frequent ids '
         f'of the training targets (eval.draft_vocab_size).')
+  decoders = spec.decoders_from_config(config.eval)
+  _check_with_the_vocabulary(decoders, model.config)
   result = _report_of(config).evaluate(
-      model, task, config.eval.split,
-      spec.decoders_from_config(config.eval),
+      model, task, config.eval.split, decoders,
       batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
       mesh=mesh, param_rules=rules, draft_vocab=draft_ids,
@@ -122,6 +124,20 @@ def periodic(config):
     return values
 
   return evaluate
+
+
+def _check_with_the_vocabulary(decoders, model_config) -> None:
+  """Raises ConfigError naming the row whose options the model's
+  vocabulary refuses (a top-t or top_k above it), known only once the
+  vocabulary is: before any decoding, not from inside a decode."""
+  for decoder in decoders:
+    try:
+      decoder.options.check(model_config.num_proposal_heads,
+                            model_config.vocab_size,
+                            drafters.dependent(model_config.head_layer))
+    except ValueError as error:
+      raise errors.ConfigError(
+          f'config.eval: the row {decoder.name!r}: {error}') from None
 
 
 def _rescorers(eval_config, vocab_size: int) -> dict | None:
