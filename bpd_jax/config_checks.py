@@ -324,6 +324,9 @@ def _check_trees(config) -> None:
   ev = config.eval
   _reported_for_text(config, 'trees', 'trees are')
   for tree in ev.trees:
+    if not isinstance(tree, str):
+      raise ValueError(f'eval.trees ({tree!r}): a tree is a spec string, '
+                       f"widths like '2,2' or 'dynamic:N'.")
     try:
       ks = evaluation_spec.tree_ks(tree, ev.ks)
     except ValueError as error:

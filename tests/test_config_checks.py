@@ -122,6 +122,7 @@ def test_a_config_at_every_limit_passes():
      'is not a file'),
     ('eval', 'ngram_path', __file__, f'{__file__} is not an n-gram model '
      'NgramModel.save wrote'),
+    ('eval', 'trees', (5,), r"eval.trees \(5\): a tree is a spec string"),
     ('eval', 'trees', ('dynamic:x',), r"eval.trees \('dynamic:x'\): tree "
      "'dynamic:x' is not"),
     ('eval', 'trees', ('1,1,1,1,1,1,1,1',), r"eval.trees \('1,1,1,1,1,1,1,1'"
