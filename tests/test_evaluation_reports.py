@@ -138,6 +138,11 @@ def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
                      r'n-gram model of a vocabulary of 50 ids, the model '
                      r'decodes 473'):
     reports._rescorers(ev, 473)
+  ev.drafters = ('ngram:max=3,min=3',)
+  with pytest.raises(errors.ConfigError, match=r"^eval.drafters \('ngram:max"
+                     r"=3,min=3'\): min=3 asks for contexts the n-gram model "
+                     r'of order 2 at eval.ngram_path never finds: min <= 2'):
+    reports._rescorers(ev, 50)
 
 
 def test_a_row_the_vocabulary_refuses_is_named_before_any_decoding():

@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 import jax
 
+from bpd_jax import decoding
 from bpd_jax import draft_vocab
 from bpd_jax import tasks
 from bpd_jax.evaluation import image
@@ -157,6 +158,13 @@ def _rescorers(eval_config, vocab_size: int) -> dict | None:
         f'vocabulary of {model.vocab_size} ids, the model decodes '
         f'{vocab_size}: build it with the run\'s vocabulary (the drafts '
         f'job on this run).')
+  for drafter in eval_config.get('drafters', ()):
+    lookup = decoding.Lookup.from_spec(drafter)
+    if lookup.source == 'ngram' and lookup.min_ngram > model.order:
+      raise errors.ConfigError(
+          f'eval.drafters ({drafter!r}): min={lookup.min_ngram} asks for '
+          f'contexts the n-gram model of order {model.order} at '
+          f'eval.ngram_path never finds: min <= {model.order}.')
   return {'ngram': model}
 
 
