@@ -290,7 +290,21 @@ class AutoK:
     """Reads what `save` wrote.
 
     The step costs in it hold for the machine that measured them.
+
+    Raises:
+      ValueError: naming `path`, where it cannot be read or is not such a
+        file (not JSON, a field missing or out of its range).
     """
+    try:
+      return cls._from_file(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+      why = (f'{type(error).__name__}: {error}' if not isinstance(
+          error, ValueError) else str(error)).split('\n')[0]
+      raise ValueError(f"{path} is not a k='auto' tuning AutoK.save wrote: "
+                       f'{why}') from None
+
+  @classmethod
+  def _from_file(cls, path: str) -> 'AutoK':
     with open(path) as f:
       data = json.load(f)
     candidates = data['candidates']

@@ -17,6 +17,7 @@ from bpd_jax.infra import schema
 from bpd_jax.infra import sharding
 from bpd_jax.models import factory
 from bpd_jax.models import drafters
+from bpd_jax.rescorers import ngram
 from bpd_jax.training import losses
 from bpd_jax.training import optim
 
@@ -295,10 +296,15 @@ def _check_buckets(config) -> None:
 
 def _check_drafters(config) -> None:
   """eval.drafters: each a valid spec, checked at every k; 'ngram' ones
-  need eval.ngram_path, a file; none on image tasks."""
+  need eval.ngram_path, a file NgramModel.save wrote; none on image
+  tasks."""
   ev = config.eval
   _reported_for_text(config, 'drafters', 'drafters needing no training are')
   for drafter in ev.drafters:
+    if drafter in ('', 'heads'):  # The heads' rows are there already.
+      raise ValueError(f'eval.drafters={tuple(ev.drafters)}: {drafter!r} is '
+                       f"the model's heads, whose rows eval.ks gives; a "
+                       f"drafter here is 'lookup' or 'ngram', with options.")
     _check_decodes(config, f'eval.drafters ({drafter!r} at ks='
                    f'{tuple(ev.ks)})', ev.ks, drafter=drafter)
   wants_ngram = any(d.startswith('ngram') for d in ev.drafters)
@@ -308,6 +314,8 @@ def _check_drafters(config) -> None:
                      f"drafts job's OUTPUT_DIR/ngram.npz); it is empty.")
   if ev.ngram_path and not os.path.isfile(ev.ngram_path):
     raise ValueError(f'eval.ngram_path={ev.ngram_path!r} is not a file.')
+  if ev.ngram_path:  # Its arrays, on the host: before any work.
+    ngram.read_arrays(ev.ngram_path)
 
 
 def _check_trees(config) -> None:
@@ -316,6 +324,9 @@ def _check_trees(config) -> None:
   ev = config.eval
   _reported_for_text(config, 'trees', 'trees are')
   for tree in ev.trees:
+    if not isinstance(tree, str):
+      raise ValueError(f'eval.trees ({tree!r}): a tree is a spec string, '
+                       f"widths like '2,2' or 'dynamic:N'.")
     try:
       ks = evaluation_spec.tree_ks(tree, ev.ks)
     except ValueError as error:

@@ -34,6 +34,25 @@ def test_expected_calls_of_the_slowest_example():
   assert tuning.expected_calls(4, 64) == pytest.approx(3)
 
 
+@pytest.mark.parametrize('content, message', [
+    (None, 'FileNotFoundError'),
+    (b'{not json', 'Expecting property name'),
+    (b'[1, 2]', 'TypeError'),
+    (b'{"appended": [[0, 1]]}', "KeyError: 'candidates'"),
+    (b'{"appended": [[0, 1]], "candidates": null, "criterion": "exact", '
+     b'"margin": NaN, "step_costs": []}', r'margin=nan must be in \[0, 1\)'),
+])
+def test_a_file_that_is_no_tuning_is_one_value_error_naming_it(
+    tmp_path, content, message):
+  path = tmp_path / 'auto_k.json'
+  if content is not None:
+    path.write_bytes(content)
+  with pytest.raises(ValueError, match=rf"^{path} is not a k='auto' tuning "
+                     rf'AutoK.save wrote: .*{message}') as raised:
+    auto_k.AutoK.load(path)
+  assert '\n' not in str(raised.value)
+
+
 def test_choice_follows_the_step_costs():
   tuning = auto_k.AutoK(np.array([[0, 0, 0, 0, 5]]), margin=0.05)
   # Calls at k: 20 / k. Cheap blocks: the largest k wins.

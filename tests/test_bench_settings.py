@@ -5,6 +5,8 @@ import pytest
 
 from bpd_jax import auto_k
 from bpd_jax.bench import settings
+from bpd_jax.infra import errors
+from bpd_jax.rescorers import ngram
 
 
 def test_sweep_order_and_combinations():
@@ -78,3 +80,18 @@ def test_greedy_is_k1():
 def test_sweep_refuses_a_bad_spec(kwargs, message):
   with pytest.raises(ValueError, match=message):
     settings.sweep([2], max_len=10, **kwargs)
+
+
+def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
+  path = str(tmp_path / 'ngram.npz')
+  ngram.build([[5, 6, 7]], order=2, vocab_size=50, bos_id=2,
+              eos_id=1).save(path)
+  plan = settings.Plan(max_len=8, ks=[2], criteria=['exact'], min_blocks=[1],
+                       samplers=[], trees=[], batch_sizes=[1], tree_sizes=[],
+                       examples=1, repeats=1, calibration_examples=0,
+                       output_dir=None, ngram_path=path)
+  assert plan.ngram(50).vocab_size == 50
+  with pytest.raises(errors.DataError, match=rf'^--ngram={path}: an n-gram '
+                     r'model of a vocabulary of 50 ids, the model decodes '
+                     r'473'):
+    plan.ngram(473)

@@ -114,10 +114,15 @@ def test_a_config_at_every_limit_passes():
      r'distance verification needs a finite eps >= 0, got eps=inf'),
     ('eval', 'drafters', ('lookup:min=0',), r"eval.drafters \('lookup:min=0' "
      r'at ks=\(.*\)\): lookup min=0 must be an integer >= 1'),
+    ('eval', 'drafters', ('',), r"eval.drafters=\('',\): '' is the model's "
+     'heads, whose rows eval.ks gives'),
     ('eval', 'drafters', ('ngram',), r"an 'ngram' drafter reads "
      r'eval.ngram_path, an n-gram model'),
     ('eval', 'ngram_path', '/no/such.npz', "eval.ngram_path='/no/such.npz' "
      'is not a file'),
+    ('eval', 'ngram_path', __file__, f'{__file__} is not an n-gram model '
+     'NgramModel.save wrote'),
+    ('eval', 'trees', (5,), r"eval.trees \(5\): a tree is a spec string"),
     ('eval', 'trees', ('dynamic:x',), r"eval.trees \('dynamic:x'\): tree "
      "'dynamic:x' is not"),
     ('eval', 'trees', ('1,1,1,1,1,1,1,1',), r"eval.trees \('1,1,1,1,1,1,1,1'"

@@ -96,6 +96,9 @@ def test_specs_round_trip(spec, expected):
     ('lookup:min=0', 'min=0 must be an integer >= 1'),
     ('lookup:max=2,min=3', 'max=2 must be an integer in [min=3, 16]'),
     ('lookup:heads=both', "heads='both' is not one of"),
+    ('lookup:max=3,max=4', "drafter 'lookup:max=3,max=4': max= is given "
+     'twice'),
+    (None, "drafter None is not a spec string like 'lookup:"),
 ])
 def test_bad_specs_name_the_value(spec, message):
   with pytest.raises(ValueError) as error:

@@ -2,11 +2,17 @@
 
 import inspect
 
+import ml_collections
+import pytest
+
 from bpd_jax import draft_vocab as draft_vocab_lib
 from bpd_jax import evaluation
 from bpd_jax.evaluation import image
 from bpd_jax.evaluation import reports
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import errors
+from bpd_jax.models import TransformerConfig
+from bpd_jax.rescorers import ngram
 from bpd_jax.tasks import spec as task_spec
 
 import test_evaluation_image
@@ -120,3 +126,34 @@ def test_a_language_models_report_scores_eval_perplexity_tokens(tmp_path):
   assert lines[1].endswith(' (10 tokens, cut there by eval.perplexity_tokens)')
   assert (f'perplexity {result["perplexity"]} over the first 10 tokens '
           f'(eval.perplexity_tokens). Report: ') in lines[-1]
+
+
+def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
+  path = str(tmp_path / 'ngram.npz')
+  ngram.build([[5, 6, 7]], order=2, vocab_size=50, bos_id=2,
+              eos_id=1).save(path)
+  ev = ml_collections.ConfigDict(dict(ngram_path=path))
+  assert reports._rescorers(ev, 50)['ngram'].vocab_size == 50
+  with pytest.raises(errors.DataError, match=rf'^eval.ngram_path={path}: an '
+                     r'n-gram model of a vocabulary of 50 ids, the model '
+                     r'decodes 473'):
+    reports._rescorers(ev, 473)
+  ev.drafters = ('ngram:max=3,min=3',)
+  with pytest.raises(errors.ConfigError, match=r"^eval.drafters \('ngram:max"
+                     r"=3,min=3'\): min=3 asks for contexts the n-gram model "
+                     r'of order 2 at eval.ngram_path never finds: min <= 2'):
+    reports._rescorers(ev, 50)
+
+
+def test_a_row_the_vocabulary_refuses_is_named_before_any_decoding():
+  # eval.trees, eval.samplers and eval.criteria are checked against a
+  # vocabulary of 2**31 with the config; the model's is known later.
+  model_config = TransformerConfig.from_size('tiny', vocab_size=100,
+                                             num_proposal_heads=4)
+  fine = DecoderSpec.of(16, 4, tree='dynamic:8,top=8')
+  reports._check_with_the_vocabulary([fine], model_config)
+  wide = DecoderSpec.of(16, 4, tree='dynamic:8,top=1000')
+  with pytest.raises(errors.ConfigError, match=r"^config.eval: the row "
+                     r"'blockwise k=4 tree=dynamic:8,top=1000': the tree reads "
+                     r'the top 1000 tokens of a vocabulary of 100\.$'):
+    reports._check_with_the_vocabulary([fine, wide], model_config)

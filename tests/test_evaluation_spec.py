@@ -47,6 +47,15 @@ def test_a_tree_as_widths_or_as_a_tree():
     DecoderSpec.of(9, 5, tree=tree).options.check(8, 100)
 
 
+def test_a_dynamic_tree_as_a_tuned_candidate():
+  # The bench's rows of k='auto''s candidates (--dynamic_sizes) pass the
+  # tuned DynamicTree itself, as they pass a Tree.
+  dynamic = decoding.DynamicTree(8, 3)
+  spec = DecoderSpec.of(16, 4, tree=dynamic)
+  assert spec.options.tree == dynamic
+  assert spec.options == DecoderSpec.of(16, 4, tree='dynamic:8').options
+
+
 def test_auto_decodes_with_its_tunings_criterion():
   auto = AutoSpec(auto_k.AutoK(np.array([[0, 1, 1]]), 'top-k:2'), 7)
   assert (auto.name, auto.kind, auto.criterion, auto.sampler) == (

@@ -318,6 +318,17 @@ def test_ngram_drafts_the_continuations_it_was_built_from():
           [[1, 2]], order=2, vocab_size=5, bos_id=0, eos_id=1))
 
 
+def test_an_ngram_drafter_whose_min_its_model_cannot_reach_is_refused():
+  model = random_model(5, 0, 'joint', architecture='llama')
+  lm = ngram_of(model, 0, 3)
+  # An order-3 model's contexts hold 2 tokens: min=4 would never propose.
+  with pytest.raises(ValueError, match=r"^drafter 'ngram:max=4,min=4': min=4 asks "
+                     r'for contexts of 3 tokens, but the n-gram model of '
+                     r'order 3 finds 2 at most: min <= 3\.$'):
+    generate.blockwise(model, random_inputs(5, 3), k=3, max_len=8,
+                       drafter='ngram:max=4,min=4', ngram=lm)
+
+
 @pytest.mark.parametrize('k', [2, 5, 8])
 def test_exact_blockwise_equals_greedy_with_local_attention(k):
   """The Image Transformer's decoder: local attention, long outputs (more

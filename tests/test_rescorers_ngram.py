@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bpd_jax.infra import errors
 from bpd_jax.rescorers import ngram
 
 BOS, EOS, VOCAB = 2, 1, 9
@@ -147,3 +148,46 @@ def test_bad_inputs_are_named():
   with pytest.raises(ValueError, match='3-gram context has 2 tokens'):
     ngram.log_prob(model, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1,),
                                                                  jnp.int32))
+
+
+def _damaged(tmp_path, name, edit):
+  """A model saved, then its arrays edited by `edit(dict)` and saved again."""
+  good = tmp_path / 'good.npz'
+  ngram.build([[5, 6, 7], [6, 7, 5]], order=3, vocab_size=10, bos_id=2,
+              eos_id=1).save(good)
+  with np.load(good) as data:
+    arrays = dict(data)
+  edit(arrays)
+  path = tmp_path / name
+  np.savez(path, **arrays)
+  return path
+
+
+@pytest.mark.parametrize('name, edit, message', [
+    ('nan.npz', lambda a: a['entry_log_prob'].fill(np.nan),
+     'entry_log_prob holds NaN or \\+inf log probabilities'),
+    ('ids.npz', lambda a: a['entry_word'].fill(10),
+     r'entry_word holds values outside \[0, 10\)'),
+    ('short.npz', lambda a: a.update(context_word=a['context_word'][:-1]),
+     'context_word has .* entries, not'),
+    ('lacks.npz', lambda a: a.pop('entry_word'),
+     r"it lacks the arrays \['entry_word'\]"),
+])
+def test_a_damaged_file_is_refused_naming_it(tmp_path, name, edit, message):
+  path = _damaged(tmp_path, name, edit)
+  with pytest.raises(errors.DataError, match=f'^{path} is not an n-gram model '
+                     f'NgramModel.save wrote: {message}'):
+    ngram.NgramModel.load(path)
+
+
+def test_a_file_that_is_no_model_is_refused_naming_it(tmp_path):
+  garbage = tmp_path / 'garbage.npz'
+  garbage.write_bytes(b'garbage')
+  one = tmp_path / 'one.npz'
+  with open(one, 'wb') as f:
+    np.save(f, np.zeros(3))
+  for path in (garbage, one):
+    with pytest.raises(errors.DataError) as raised:
+      ngram.NgramModel.load(path)
+    assert str(raised.value).startswith(f'{path} is not an n-gram model')
+    assert '\n' not in str(raised.value)

@@ -421,6 +421,9 @@ def test_bad_specs_and_keys():
     decoding.Sampler.from_spec('warmth=2')
   with pytest.raises(ValueError, match="top_k='x' is not a number"):
     decoding.Sampler.from_spec('top_k=x')
+  with pytest.raises(ValueError, match="sampler 'temperature=1,temperature=2'"
+                     ": temperature= is given twice"):
+    decoding.Sampler.from_spec('temperature=1,temperature=2')
   with pytest.raises(ValueError, match=r'typical acceptance needs 0 < eps'):
     decoding.Typical(0.0, 0.1)
   with pytest.raises(ValueError, match=r'keys of shape \(2,\) do not match '

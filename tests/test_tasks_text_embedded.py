@@ -307,3 +307,10 @@ def test_embedded_task():
   assert token_ids.UNK_ID not in source + target
   with pytest.raises(ValueError, match="split 'test' is not one of"):
     task.pairs('test')
+
+
+def test_a_split_size_out_of_range_names_its_field():
+  config = ml_collections.ConfigDict(dict(sizes=dict(train=0, validation=8)))
+  with pytest.raises(ValueError, match=r'^task.sizes.train=0: num_examples '
+                     r'must be a positive integer'):
+    embedded.SPEC.load(config, '')

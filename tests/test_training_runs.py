@@ -166,3 +166,16 @@ def test_load_run_errors_are_one_line(frozen_run, tmp_path):
     assert run.step == 2
   finally:
     os.rename(moved, folder)
+
+
+def test_a_record_without_a_runs_fields_or_a_path_of_another_type(tmp_path):
+  # A config.json that is JSON but not a run's record: one line naming it.
+  (tmp_path / 'checkpoints').mkdir()
+  (tmp_path / 'config.json').write_text(json.dumps({'model.d_model': 32}))
+  _one_line(errors.WorkdirError, rf"^{tmp_path}/config\.json lacks the "
+            rf"field '[a-z_]+', which every training run records",
+            runs.load_run, str(tmp_path))
+  _one_line(ValueError, r'^load_run: workdir=None is not a path\.$',
+            runs.load_run, None)
+  _one_line(ValueError, r'^load_run: base_folder=5 is not a path\.$',
+            runs.load_run, str(tmp_path), base_folder=5)

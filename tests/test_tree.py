@@ -213,3 +213,26 @@ def test_a_static_trees_layout_is_its_leaves_merged():
   assert len(paths(block)) == tree.size
   # Parents come before their children, as the decoder needs.
   assert (np.asarray(block.parents[0, 1:]) < np.arange(1, tree.size)).all()
+
+
+@pytest.mark.parametrize('make, message', [
+    (lambda: Tree(None), r'tree paths=None must be a sequence'),
+    (lambda: Tree.from_widths(None, 3), r'tree widths=None must be a sequence'),
+    (lambda: Tree.from_widths((2,), True), r'tree depth=True must be an integer'),
+    (lambda: Tree.from_widths((2,), 2.0), r'tree depth=2.0 must be an integer'),
+    (lambda: Tree.chain(2.5), r'tree depth=2.5 must be an integer'),
+    (lambda: Tree.from_spec(None, 3), r'tree spec None is not a string'),
+    (lambda: Tree.best(np.ones(3), 8), r'tree probabilities of shape \(3,\) '
+     r'must be \[depth, t\]'),
+    (lambda: Tree.best(np.zeros((0, 4)), 4), r'of shape \(0, 4\)'),
+    (lambda: Tree.best(np.full((3, 4), np.nan), 8), r'finite numbers in \[0, 1\]'),
+    (lambda: Tree.best(np.full((3, 4), -1.0), 8), r'finite numbers in \[0, 1\]'),
+    (lambda: Tree.best(np.full((3, 4), 2.0), 8), r'finite numbers in \[0, 1\]'),
+    # A lattice of 1 head's top 2 holds 3 nodes: never fewer than asked.
+    (lambda: Tree.best(np.full((1, 2), 0.5), 10), r'tree sizes \[10\]: a tree '
+     r'of the top 2 of 1 heads has 2 to 3 nodes'),
+])
+def test_arguments_of_the_wrong_type_or_range_are_one_value_error(make,
+                                                                  message):
+  with pytest.raises(ValueError, match=message):
+    make()

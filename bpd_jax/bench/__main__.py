@@ -34,7 +34,7 @@ def main(argv):
   decoder = sharded.decoder(config, job.model, plan.batch_sizes,
                             draft_vocab.of_task(
                                 task, config.eval.draft_vocab_size),
-                            plan.ngram())
+                            plan.ngram(job.model.config.vocab_size))
   sources, _ = task.sources(split, decoder.config.max_source_len,
                             plan.examples)
   references = [target for _, target in task.pairs(split)[:plan.examples]]

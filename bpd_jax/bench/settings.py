@@ -21,6 +21,7 @@ from bpd_jax import tasks
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.evaluation.spec import (SAMPLING_CRITERIA, AutoSpec, DecoderSpec,
                                      tree_ks)
+from bpd_jax.infra import errors
 from bpd_jax.infra import extras
 from bpd_jax.models import drafters
 from bpd_jax.rescorers import ngram as ngram_lib
@@ -188,11 +189,18 @@ class Plan:
                  samplers=self.samplers, trees=self.trees,
                  drafters=self.drafters, max_len=self.max_len)
 
-  def ngram(self) -> ngram_lib.NgramModel | None:
-    """The n-gram model 'ngram' drafters read (None: none)."""
+  def ngram(self, vocab_size: int) -> ngram_lib.NgramModel | None:
+    """The n-gram model 'ngram' drafters read (None: none), checked
+    against the model's `vocab_size` (errors.DataError: another)."""
     if not self.ngram_path:
       return None
-    return ngram_lib.NgramModel.load(self.ngram_path)
+    model = ngram_lib.NgramModel.load(self.ngram_path)
+    if model.vocab_size != vocab_size:
+      raise errors.DataError(
+          f'--ngram={self.ngram_path}: an n-gram model of a vocabulary of '
+          f'{model.vocab_size} ids, the model decodes {vocab_size}: build it '
+          f"with the run's vocabulary (the drafts job on this run).")
+    return model
 
   def tune(self, decoder, task) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training

@@ -91,6 +91,9 @@ class Lookup:
   def from_spec(cls, spec: str) -> 'Lookup':
     """From a flag's or config's string: 'lookup' or 'ngram', then
     options after a colon, e.g. 'lookup:max=4,min=2,heads=tree'."""
+    if not isinstance(spec, str):
+      raise ValueError(f'drafter {spec!r} is not a spec string like '
+                       f"'lookup:max=4,min=2,heads=tree'.")
     source, _, rest = spec.partition(':')
     if source not in SOURCES:
       raise ValueError(f'drafter {spec!r}: a drafter needing no training is '
@@ -103,6 +106,8 @@ class Lookup:
         raise ValueError(f'drafter {spec!r}: {item!r} is not one of '
                          f'{", ".join(k + "=" for k in _SPEC_KEYS)}.')
       name, kind = _SPEC_KEYS[key]
+      if name in values:  # 'max=3,max=4': which one was meant?
+        raise ValueError(f'drafter {spec!r}: {key}= is given twice.')
       try:
         values[name] = kind(value)
       except ValueError:

@@ -52,6 +52,8 @@ class Sampler:
     fields = {}
     for part in filter(None, spec.split(',')):
       name, _, value = part.partition('=')
+      if name in fields:  # 'temperature=1,temperature=2': which was meant?
+        raise ValueError(f'sampler {spec!r}: {name}= is given twice.')
       if name == 'proposals' and value:
         fields[name] = value
         continue

@@ -58,6 +58,12 @@ def check_size(nodes: int) -> None:
                      f'the budget of {MAX_NODES} nodes.')
 
 
+def _check_depth(depth) -> None:
+  """Raises ValueError unless `depth` is an integer >= 1."""
+  if not numeric.is_integer(depth) or depth < 1:
+    raise ValueError(f'tree depth={depth!r} must be an integer >= 1.')
+
+
 def most_nodes(top_t: int, depth: int) -> int:
   """Nodes, root included, of the full tree of the top `top_t` tokens of
   `depth` heads: 1 + t + t^2 + ... + t^depth."""
@@ -94,6 +100,9 @@ class Tree:
   paths: tuple[tuple[int, ...], ...]
 
   def __post_init__(self):
+    if not isinstance(self.paths, (tuple, list)):
+      raise ValueError(f'tree paths={self.paths!r} must be a sequence of '
+                       f'rank paths.')
     # Checked before they are sorted: ranks of mixed types have no order.
     for path in self.paths:
       if not (isinstance(path, (tuple, list)) and path and all(
@@ -116,6 +125,7 @@ class Tree:
   @classmethod
   def chain(cls, depth: int) -> 'Tree':
     """The plain draft: every head's argmax, `depth` proposals."""
+    _check_depth(depth)
     check_size(depth + 1)  # Before making depth^2 / 2 ranks.
     return cls(tuple((0,) * d for d in range(1, depth + 1)))
 
@@ -124,6 +134,10 @@ class Tree:
     """Every combination of the top widths[j] tokens at depth j + 1, then
     the argmax down to `depth` (e.g. widths (2, 2), depth 3: 2 + 4 + 4
     nodes)."""
+    _check_depth(depth)
+    if not isinstance(widths, (tuple, list, np.ndarray)):
+      raise ValueError(f'tree widths={widths!r} must be a sequence of '
+                       f'integers >= 1.')
     widths = tuple(widths)
     if not widths or len(widths) > depth or not all(
         numeric.is_integer(w) and w >= 1 for w in widths):
@@ -147,6 +161,9 @@ class Tree:
   def from_spec(cls, spec: str, depth: int) -> 'Tree | DynamicTree':
     """'W1,W2,...': `from_widths`; 'dynamic:N[,top=T,frontier=W]': a
     `DynamicTree` (configs, flags)."""
+    if not isinstance(spec, str):
+      raise ValueError(f'tree spec {spec!r} is not a string like "2,2" or '
+                       f'"dynamic:32".')
     if is_dynamic(spec):
       return DynamicTree.from_spec(spec, depth)
     try:
@@ -171,10 +188,18 @@ class Tree:
     largest a tree of this size can have under these probabilities.
     """
     probabilities = np.asarray(probabilities, np.float64)
+    if probabilities.ndim != 2 or 0 in probabilities.shape:
+      raise ValueError(f'tree probabilities of shape {probabilities.shape} '
+                       f'must be [depth, t], both >= 1.')
+    if not (np.isfinite(probabilities).all() and (probabilities >= 0).all()
+            and (probabilities <= 1).all()):
+      raise ValueError('tree probabilities must be finite numbers in [0, 1]: '
+                       'they hold NaN, infinities or values outside it.')
     depth, t = probabilities.shape
-    if size < 2:
-      raise ValueError(f'a tree of {size} nodes has no proposal.')
+    if not numeric.is_integer(size) or size < 2:
+      raise ValueError(f'a tree of {size!r} nodes has no proposal.')
     check_size(size)
+    check_sizes((size,), t, depth)  # No fewer nodes than asked for.
     paths = []
     frontier = [(-probabilities[0, r], (r,)) for r in range(t)]
     heapq.heapify(frontier)

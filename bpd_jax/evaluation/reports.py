@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 import jax
 
+from bpd_jax import decoding
 from bpd_jax import draft_vocab
 from bpd_jax import tasks
 from bpd_jax.evaluation import image
@@ -24,7 +25,9 @@ from bpd_jax.evaluation import placement
 from bpd_jax.evaluation import spec
 from bpd_jax.evaluation import text
 from bpd_jax.evaluation.spec import DecoderSpec
+from bpd_jax.infra import errors
 from bpd_jax.infra import sharding
+from bpd_jax.models import drafters
 from bpd_jax.rescorers import ngram
 
 
@@ -80,13 +83,15 @@ def report(config, workdir: str, model, task: tasks.Task,
   if draft_ids is not None:
     log(f'Proposals are chosen among the {len(draft_ids)} most frequent ids '
         f'of the training targets (eval.draft_vocab_size).')
+  decoders = spec.decoders_from_config(config.eval)
+  _check_with_the_vocabulary(decoders, model.config)
   result = _report_of(config).evaluate(
-      model, task, config.eval.split,
-      spec.decoders_from_config(config.eval),
+      model, task, config.eval.split, decoders,
       batch_size=config.eval.batch_size,
       num_examples=config.eval.num_examples, repeats=config.eval.repeats,
       mesh=mesh, param_rules=rules, draft_vocab=draft_ids,
-      rescorers=_rescorers(config.eval), log=log, **_own_options(config))
+      rescorers=_rescorers(config.eval, model.config.vocab_size), log=log,
+      **_own_options(config))
   if jax.process_index() == 0:
     _report_of(config).write(result, config, workdir, log)
   return result
@@ -122,12 +127,45 @@ def periodic(config):
   return evaluate
 
 
-def _rescorers(eval_config) -> dict | None:
+def _check_with_the_vocabulary(decoders, model_config) -> None:
+  """Raises ConfigError naming the row whose options the model's
+  vocabulary refuses (a top-t or top_k above it), known only once the
+  vocabulary is: before any decoding, not from inside a decode."""
+  for decoder in decoders:
+    try:
+      decoder.options.check(model_config.num_proposal_heads,
+                            model_config.vocab_size,
+                            drafters.dependent(model_config.head_layer))
+    except ValueError as error:
+      raise errors.ConfigError(
+          f'config.eval: the row {decoder.name!r}: {error}') from None
+
+
+def _rescorers(eval_config, vocab_size: int) -> dict | None:
   """{'ngram': the model at eval.ngram_path} for 'ngram' drafters; None
-  without one."""
+  without one.
+
+  Raises:
+    errors.DataError: the file's vocabulary is not the model's `vocab_size`
+      (before any decoding).
+  """
   if not eval_config.ngram_path:
     return None
-  return {'ngram': ngram.NgramModel.load(eval_config.ngram_path)}
+  model = ngram.NgramModel.load(eval_config.ngram_path)
+  if model.vocab_size != vocab_size:
+    raise errors.DataError(
+        f'eval.ngram_path={eval_config.ngram_path}: an n-gram model of a '
+        f'vocabulary of {model.vocab_size} ids, the model decodes '
+        f'{vocab_size}: build it with the run\'s vocabulary (the drafts '
+        f'job on this run).')
+  for drafter in eval_config.get('drafters', ()):
+    lookup = decoding.Lookup.from_spec(drafter)
+    if lookup.source == 'ngram' and lookup.min_ngram > model.order:
+      raise errors.ConfigError(
+          f'eval.drafters ({drafter!r}): min={lookup.min_ngram} asks for '
+          f'contexts the n-gram model of order {model.order} at '
+          f'eval.ngram_path never finds: min <= {model.order}.')
+  return {'ngram': model}
 
 
 def _report_of(config) -> Report:

@@ -49,15 +49,18 @@ class DecoderSpec:
   @classmethod
   def of(cls, max_len: int, k: int = 1, criterion: str = 'exact',
          min_block: int = 1, *, sampler: str = '',
-         tree: str | decoding.Tree = '', refinement_spec: str = '',
+         tree: str | decoding.Tree | decoding.DynamicTree = '',
+         refinement_spec: str = '',
          window: int = 0, name: str = '',
          drafter: str = '') -> 'DecoderSpec':
     """The spec of options written as configs and flags write them
     (`DecodeOptions.from_specs`): criterion 'top-k:2', sampler
-    'temperature=0.7', tree '2,2' (widths) or a `decoding.Tree`,
+    'temperature=0.7', tree '2,2' (widths) or a `decoding.Tree` or
+    `DynamicTree` (the candidates k='auto' was tuned with),
     refinement 'ngram:p=2,t=2' (with the neural rescorer's `window`),
     drafter 'lookup:heads=tree' (one that needs no training)."""
-    given = tree if isinstance(tree, decoding.Tree) else None
+    given = (tree if isinstance(tree, (decoding.Tree, decoding.DynamicTree))
+             else None)
     options = decoding.DecodeOptions.from_specs(
         max_len=max_len, k=k, criterion=criterion, min_block=min_block,
         refinement=refinement_spec, window=window, sampler=sampler,

@@ -256,6 +256,13 @@ class TransformerConfig:
           f'draft_source={self.draft_source!r}: head_layer='
           f'{self.head_layer!r} reads the source through one of '
           f'{drafter.source_kinds}.')
+    # A block drafter deeper than its base would cost more per call than
+    # the base it saves calls of; unbounded, a typo (1000000) builds
+    # layers until memory runs out.
+    check(self.block_layers <= self.num_decoder_layers,
+          f'block_layers={self.block_layers} must be at most the base\'s '
+          f'num_decoder_layers={self.num_decoder_layers}: a drafter deeper '
+          f'than its base costs more a call than the calls it saves.')
     layers = self.draft_feature_layers
     check(isinstance(layers, (tuple, list)) and all(
         numeric.is_integer(i) for i in layers)

@@ -31,6 +31,7 @@ import collections
 import dataclasses
 import functools
 import math
+import zipfile
 from typing import Iterable, Sequence
 
 import jax
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax.infra import atomic_files
+from bpd_jax.infra import errors
 
 
 @jax.tree_util.register_dataclass
@@ -85,10 +87,13 @@ class NgramModel:
   @classmethod
   def load(cls, path: str) -> 'NgramModel':
     """The model `save` wrote (a file written before the greedy table
-    existed gets it computed)."""
-    with np.load(path) as data:
-      arrays = {name: data[name] for name in data.files if name != 'order'}
-      order = int(data['order'])
+    existed gets it computed).
+
+    Raises:
+      errors.DataError: naming `path`, where it is not such a file, or its
+        arrays disagree in shape, hold ids outside its vocabulary or NaN.
+    """
+    order, arrays = read_arrays(path)
     if 'context_best_word' not in arrays:
       arrays.update(zip(('context_best_word', 'context_best_log_prob'),
                         greedy_table(**arrays)))
@@ -98,6 +103,67 @@ class NgramModel:
 
   def nbytes(self) -> int:
     return sum(int(np.asarray(x).nbytes) for x in jax.tree.leaves(self))
+
+
+def read_arrays(path: str) -> tuple[int, dict[str, np.ndarray]]:
+  """(order, arrays) of a file `NgramModel.save` wrote, checked on the host
+  (no device array is made: the jobs check it with their config).
+
+  Raises:
+    errors.DataError: naming `path`: not such a file, an array missing or
+      of another shape, an id outside the vocabulary or past the context
+      nodes, a NaN or +inf log probability.
+  """
+  def refuse(why):
+    return errors.DataError(f'{path} is not an n-gram model NgramModel.save '
+                            f'wrote: {why}.')
+  try:
+    data = np.load(path)
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    raise refuse(f'{type(error).__name__}: {error}'.split('\n')[0]) from None
+  if not isinstance(data, np.lib.npyio.NpzFile):  # A .npy: one array.
+    raise refuse('it holds one array, not named ones')
+  try:
+    with data:
+      arrays = {name: data[name] for name in data.files}
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    raise refuse(f'{type(error).__name__}: {error}'.split('\n')[0]) from None
+  names = [f.name for f in dataclasses.fields(NgramModel)]
+  optional = {'context_best_word', 'context_best_log_prob'}
+  missing = [n for n in names if n not in arrays and n not in optional]
+  if missing:
+    raise refuse(f'it lacks the arrays {missing}')
+  order = arrays.pop('order')
+  if order.shape or not np.issubdtype(order.dtype, np.integer) or order < 1:
+    raise refuse(f'order={order!r} is not an integer >= 1')
+  if any(a.ndim != 1 for a in arrays.values()):
+    raise refuse('its arrays are not all 1-D')
+  contexts = len(arrays['context_parent'])
+  vocab = len(arrays['unigram_log_prob'])
+  lengths = dict(context_word=contexts, context_log_backoff=contexts + 1,
+                 entry_word=len(arrays['entry_context']),
+                 entry_log_prob=len(arrays['entry_context']),
+                 context_best_word=contexts + 1,
+                 context_best_log_prob=contexts + 1)
+  for name, length in lengths.items():
+    if name in arrays and len(arrays[name]) != length:
+      raise refuse(f'{name} has {len(arrays[name])} entries, not {length}')
+  limits = dict(context_parent=contexts + 1, entry_context=contexts + 1,
+                context_word=vocab, entry_word=vocab, context_best_word=vocab)
+  for name, limit in limits.items():
+    ids = arrays.get(name)
+    if ids is None or not ids.size:
+      continue
+    if not np.issubdtype(ids.dtype, np.integer) or not (
+        0 <= ids.min() and ids.max() < limit):
+      raise refuse(f'{name} holds values outside [0, {limit})')
+  for name in ('context_log_backoff', 'entry_log_prob', 'unigram_log_prob',
+               'context_best_log_prob'):
+    values = arrays.get(name)
+    if values is not None and (np.isnan(values).any()
+                               or (values == np.inf).any()):
+      raise refuse(f'{name} holds NaN or +inf log probabilities')
+  return int(order), arrays
 
 
 def build(sentences: Iterable[Sequence[int]], *, order: int, vocab_size: int,

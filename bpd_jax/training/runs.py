@@ -116,6 +116,10 @@ def load_run(workdir: str, base_folder: str | None = None,
     factory.BaseChanged: the model folder holds other weights than the
       heads were trained on.
   """
+  for name, value in (('workdir', workdir), ('base_folder', base_folder)):
+    if not (isinstance(value, (str, os.PathLike))
+            or name == 'base_folder' and value is None):
+      raise ValueError(f'load_run: {name}={value!r} is not a path.')
   if not os.path.isdir(workdir):
     raise errors.MissingFileError(f'no run in {workdir}: no such folder.')
   config = recorded_config(workdir)
@@ -124,11 +128,18 @@ def load_run(workdir: str, base_folder: str | None = None,
     raise errors.MissingFileError(
         f'no checkpoint in {workdir}: train first (python -m bpd_jax.main '
         f'--workdir={workdir}).')
-  folder = base_folder or _model_folder(config, checkpoints, log)
-  vocab = _vocabulary(config, workdir, folder)
-  workdir_lib.check_vocabulary(vocab, workdir, 'bpd_jax.load_run',
-                               training=False, log=log, write=False)
-  model_config = factory.model_config_from(config, vocab.vocab_size)
+  try:  # A record that lacks a field every run records: not a run's.
+    folder = base_folder or _model_folder(config, checkpoints, log)
+    vocab = _vocabulary(config, workdir, folder)
+    workdir_lib.check_vocabulary(vocab, workdir, 'bpd_jax.load_run',
+                                 training=False, log=log, write=False)
+    model_config = factory.model_config_from(config, vocab.vocab_size)
+  except (AttributeError, KeyError) as error:
+    field = str(error).strip('\'"')
+    raise errors.WorkdirError(
+        f'{os.path.join(workdir, workdir_lib.CONFIG_FILE)} lacks the field '
+        f"'{field}', which every training run records: not the record of a "
+        f'run.') from None
   factory.check_special_ids(model_config, vocab)
   with factory.build_place(config):
     model, step = factory.restore(config, workdir, vocab.vocab_size,

@@ -486,8 +486,12 @@ def words() -> list[str]:
 def _load(config, workdir: str, train_vocab: bool = True) -> task_lib.TextTask:
   """task.sizes: {split: number of pairs}; no file, no trained vocabulary."""
   del workdir, train_vocab  # Generated and fixed: nothing to read or train.
-  splits = {split: examples(split, size)
-            for split, size in config.sizes.items()}
+  splits = {}
+  for split, size in config.sizes.items():
+    try:
+      splits[split] = examples(split, size)
+    except ValueError as error:  # Named as the config names it.
+      raise ValueError(f'task.sizes.{split}={size!r}: {error}') from None
   return task_lib.TextTask(vocab_lib.WordVocabulary(words()), splits)
 
 
