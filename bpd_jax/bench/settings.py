@@ -21,7 +21,6 @@ from bpd_jax import tasks
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.evaluation.spec import (SAMPLING_CRITERIA, AutoSpec, DecoderSpec,
                                      tree_ks)
-from bpd_jax.infra import errors
 from bpd_jax.infra import extras
 from bpd_jax.models import drafters
 from bpd_jax.rescorers import ngram as ngram_lib
@@ -194,13 +193,7 @@ class Plan:
     against the model's `vocab_size` (errors.DataError: another)."""
     if not self.ngram_path:
       return None
-    model = ngram_lib.NgramModel.load(self.ngram_path)
-    if model.vocab_size != vocab_size:
-      raise errors.DataError(
-          f'--ngram={self.ngram_path}: an n-gram model of a vocabulary of '
-          f'{model.vocab_size} ids, the model decodes {vocab_size}: build it '
-          f"with the run's vocabulary (the drafts job on this run).")
-    return model
+    return ngram_lib.NgramModel.load(self.ngram_path, vocab_size, '--ngram')
 
   def tune(self, decoder, task) -> auto_k.AutoK | None:
     """k='auto''s tuning on the first calibration_examples training

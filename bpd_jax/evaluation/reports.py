@@ -151,13 +151,8 @@ def _rescorers(eval_config, vocab_size: int) -> dict | None:
   """
   if not eval_config.ngram_path:
     return None
-  model = ngram.NgramModel.load(eval_config.ngram_path)
-  if model.vocab_size != vocab_size:
-    raise errors.DataError(
-        f'eval.ngram_path={eval_config.ngram_path}: an n-gram model of a '
-        f'vocabulary of {model.vocab_size} ids, the model decodes '
-        f'{vocab_size}: build it with the run\'s vocabulary (the drafts '
-        f'job on this run).')
+  model = ngram.NgramModel.load(eval_config.ngram_path, vocab_size,
+                                'eval.ngram_path')
   for drafter in eval_config.get('drafters', ()):
     lookup = decoding.Lookup.from_spec(drafter)
     if lookup.source == 'ngram' and lookup.min_ngram > model.order:

@@ -24,6 +24,9 @@ from bpd_jax.models import positions as positions_lib
 from bpd_jax.models import rotary as rotary_lib
 
 DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
+# The block drafter's most layers: far beyond any drafter's few, short of
+# a typo's millions.
+MAX_BLOCK_LAYERS = 64
 
 # The paper's WMT14 sizes (Vaswani et al. 2017 "base" and "big"), and small
 # ones for tests and CPU demos. Options of `TransformerConfig.from_size`.
@@ -256,13 +259,12 @@ class TransformerConfig:
           f'draft_source={self.draft_source!r}: head_layer='
           f'{self.head_layer!r} reads the source through one of '
           f'{drafter.source_kinds}.')
-    # A block drafter deeper than its base would cost more per call than
-    # the base it saves calls of; unbounded, a typo (1000000) builds
-    # layers until memory runs out.
-    check(self.block_layers <= self.num_decoder_layers,
-          f'block_layers={self.block_layers} must be at most the base\'s '
-          f'num_decoder_layers={self.num_decoder_layers}: a drafter deeper '
-          f'than its base costs more a call than the calls it saves.')
+    # A drafter is a few layers (deeper than a small base is worth
+    # measuring); unbounded, a typo (1000000) builds layers until memory
+    # runs out.
+    check(self.block_layers <= MAX_BLOCK_LAYERS,
+          f'block_layers={self.block_layers} must be at most '
+          f'{MAX_BLOCK_LAYERS}: a drafter is a few layers.')
     layers = self.draft_feature_layers
     check(isinstance(layers, (tuple, list)) and all(
         numeric.is_integer(i) for i in layers)

@@ -85,15 +85,30 @@ class NgramModel:
       np.savez(temp, order=self.order, **arrays)
 
   @classmethod
-  def load(cls, path: str) -> 'NgramModel':
+  def load(cls, path: str, vocab_size: int | None = None,
+           named: str = '') -> 'NgramModel':
     """The model `save` wrote (a file written before the greedy table
     existed gets it computed).
 
+    Args:
+      path: the file.
+      vocab_size: the decoding model's vocabulary size, which the n-gram
+        model's must be (None: not checked).
+      named: how the caller names the path in an error (e.g. '--ngram').
+
     Raises:
       errors.DataError: naming `path`, where it is not such a file, or its
-        arrays disagree in shape, hold ids outside its vocabulary or NaN.
+        arrays disagree in shape, hold ids outside its vocabulary or NaN,
+        or its vocabulary is not `vocab_size` ids.
     """
     order, arrays = read_arrays(path)
+    if vocab_size is not None and len(arrays['unigram_log_prob']) != (
+        vocab_size):
+      raise errors.DataError(
+          f'{named or "the n-gram model"}={path}: an n-gram model of a '
+          f'vocabulary of {len(arrays["unigram_log_prob"])} ids, the model '
+          f'decodes {vocab_size}: build it with the run\'s vocabulary (the '
+          f'drafts job on this run).')
     if 'context_best_word' not in arrays:
       arrays.update(zip(('context_best_word', 'context_best_log_prob'),
                         greedy_table(**arrays)))
