@@ -22,6 +22,7 @@ from bpd_jax.bench import near_ties
 from bpd_jax.infra import sharding
 from bpd_jax.decoding import (DecodeOptions, Distance, DynamicTree, Exact,
                               Refinement, Sampler, TopK, Tree, Typical)
+from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
 from bpd_jax.rescorers import ngram
@@ -179,6 +180,8 @@ def exact_tree_decoding_equals_greedy(max_examples):
   def check(seed, k, widths, batch, encoder_layers, head_layer, head_scale,
             architecture, draft_vocab):
     if isinstance(widths, str):  # Made each call from the drafter's q.
+      # At the least k whose levels draft its nodes.
+      k = max(k, tree_lib.shallowest(widths) + 1)
       tree = Tree.from_spec(widths, k - 1)
     else:
       tree = Tree.from_widths(widths[:k - 1], k - 1)
@@ -503,8 +506,9 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
       if ':' in head_layer or head_layer == 'block_corrected' or (
           architecture != 'paper'):
         # A static tree on one model, a dynamic one on the other.
+        # (7 nodes: what its levels draft at k = 3.)
         tree = (Tree.from_widths((2, 2), k - 1) if seed % 2 else
-                DynamicTree(size=8, depth=k - 1, top=2, frontier=2))
+                DynamicTree(size=7, depth=k - 1, top=2, frontier=2))
         assert_same_or_near_tie(model, inputs, reference, generate.blockwise(
             model, inputs, k=k, max_len=20, tree=tree))
 
