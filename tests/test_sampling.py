@@ -547,10 +547,6 @@ def test_a_dynamic_tree_that_keeps_its_most_likely_draws_fails(
   # by their own probability, so the likeliest are kept and tried first:
   # the tried draws are no longer draws from q without the earlier ones.
   from bpd_jax.decoding import tree_sampling  # pylint: disable=g-import-not-at-top
-  model = tiny_model('autoregressive')
-  sampler = SAMPLERS[0]
-  exact = exact_distribution(model, sampler)
-  jax.clear_caches()
   draw_children = tree_sampling.draw_children
 
   def likeliest_first(keys, log_q, count):
@@ -560,16 +556,10 @@ def test_a_dynamic_tree_that_keeps_its_most_likely_draws_fails(
     return (jnp.take_along_axis(tokens, order, axis=-1),
             jnp.take_along_axis(drawn, order, axis=-1))
 
-  monkeypatch.setattr(tree_sampling, 'draw_children', likeliest_first)
-  try:
-    source = np.repeat(model_inputs(model), SAMPLES, axis=0)
-    result = generate.blockwise(
-        model, source, k=3, max_len=MAX_LEN, sampler=sampler, key=20,
-        tree=decoding.DynamicTree(3, 2, top=4, frontier=1))
-    assert chi_square_p_value(outcomes(result), exact) < 1e-10
-  finally:
-    monkeypatch.undo()
-    jax.clear_caches()
+  assert_a_wrong_tree_rule_fails(
+      monkeypatch, tiny_model('autoregressive'),
+      (tree_sampling, 'draw_children', likeliest_first),
+      decoding.DynamicTree(3, 2, top=4, frontier=1))
 
 
 def test_a_tree_whose_siblings_are_taken_for_independent_draws_fails(
@@ -577,18 +567,26 @@ def test_a_tree_whose_siblings_are_taken_for_independent_draws_fails(
   # Siblings drawn without replacement, each verified against the whole
   # q (as if drawn with replacement): the later ones are over-accepted.
   from bpd_jax.decoding import tree_sampling  # pylint: disable=g-import-not-at-top
-  model = tiny_model('independent')
+  assert_a_wrong_tree_rule_fails(
+      monkeypatch, tiny_model('independent'),
+      (tree_sampling, '_sibling_log_q', lambda log_q, removed: (
+          log_q, jnp.ones(log_q.shape[:1], bool))),
+      decoding.Tree.from_widths((4, 4), 2))
+
+
+def assert_a_wrong_tree_rule_fails(monkeypatch, model, patch, tree):
+  """With `patch` (module, name, wrong value) in place, sampling over
+  `tree` (k = its depth + 1, the first sampler) fails the chi-square
+  test."""
   sampler = SAMPLERS[0]
   exact = exact_distribution(model, sampler)
-  jax.clear_caches()
-  monkeypatch.setattr(tree_sampling, '_sibling_log_q',
-                      lambda log_q, removed: (log_q, jnp.ones(
-                          log_q.shape[:1], bool)))
+  jax.clear_caches()  # Compiled decodes hold the real rule.
+  monkeypatch.setattr(*patch)
   try:
     source = np.repeat(model_inputs(model), SAMPLES, axis=0)
-    result = generate.blockwise(model, source, k=3, max_len=MAX_LEN,
-                                sampler=sampler, key=20,
-                                tree=decoding.Tree.from_widths((4, 4), 2))
+    result = generate.blockwise(model, source, k=tree.depth + 1,
+                                max_len=MAX_LEN, sampler=sampler, key=20,
+                                tree=tree)
     assert chi_square_p_value(outcomes(result), exact) < 1e-10
   finally:
     monkeypatch.undo()
