@@ -451,7 +451,10 @@ def test_numpy_integer_seeds_are_seeds():
 
 
 @pytest.mark.parametrize('drafter', [
-    'lookup:min=1', 'lookup:min=1,heads=tree',
+    # Lookup proposals beside the heads' draft by default (point masses
+    # and drawn drafts in one tree); alone and as a fallback, slow.
+    'lookup:min=1,heads=tree',
+    pytest.param('lookup:min=1', marks=pytest.mark.slow),
     pytest.param('lookup:min=1,heads=fallback', marks=pytest.mark.slow)])
 def test_lookup_proposals_have_the_base_models_distribution(drafter):
   """Prompt lookup's proposals are fixed by the output so far: point
@@ -541,6 +544,7 @@ def test_samples_over_a_dynamic_tree_have_the_base_models_distribution(
       k=k, tree=decoding.DynamicTree(6, k - 1, top=3, frontier=2))
 
 
+@pytest.mark.slow  # A wrong tree rule fails by default below.
 def test_a_dynamic_tree_that_keeps_its_most_likely_draws_fails(
     monkeypatch):
   # EAGLE-2's rerank taken over to draws as it is: a node's draws ranked
