@@ -67,7 +67,7 @@ def get_config():
   # layer or the block drafter reads beside the top one (EAGLE-3,
   # DFlash); ().
   model.draft_feature_layers = ()
-  model.block_layers = 1  # The block drafter's layers.
+  model.block_layers = 1  # The block drafter's layers (1 to 64).
   # The output: a softmax over the vocabulary (0), or a discretized logistic
   # mixture of this many components over an image task's ordered values
   # (models/mixture.py), whose lowest value has id mixture_first_id.
