@@ -173,9 +173,12 @@ class DynamicGrowth:
     top = self.tree.top
     log_probs = jax.nn.log_softmax(
         logits.astype(jnp.float32) / self.tree.temperature, axis=-1)
-    child_tokens, drawn = self.choose(level, logits, top)
-    child_scores = jnp.where(drawn, jax.lax.top_k(log_probs, top)[0],
-                             -jnp.inf)
+    child_scores, ranked = jax.lax.top_k(log_probs, top)
+    if self.choose is greedy_children:  # The children are the ranks.
+      child_tokens = ranked.astype(jnp.int32)
+    else:
+      child_tokens, drawn = self.choose(level, logits, top)
+      child_scores = jnp.where(drawn, child_scores, -jnp.inf)
     shape = (batch, width, top)
     child_scores = jnp.broadcast_to(child_scores, shape)
     child_tokens = jnp.broadcast_to(child_tokens, shape)

@@ -133,12 +133,9 @@ def attend_with_own_entries(q: jax.Array, keys: jax.Array, values: jax.Array,
   scores = jnp.where(mask, _scores('bthd,bshd->bhts', q, keys), -jnp.inf)
   own = jnp.stack([_scores('bthd,bthd->bht', q, key) for key in own_keys],
                   axis=-1)
-  weights = jax.nn.softmax(jnp.concatenate([scores, own], axis=-1),
-                           axis=-1).astype(q.dtype)
-  length = keys.shape[1]
-  return (jnp.einsum('bhts,bshd->bthd', weights[..., :length],
-                     values.astype(q.dtype))
-          + jnp.einsum('bhtj,jbthd->bthd', weights[..., length:],
+  weights, own_weights = _one_softmax(scores, own, q.dtype)
+  return (jnp.einsum('bhts,bshd->bthd', weights, values.astype(q.dtype))
+          + jnp.einsum('bhtj,jbthd->bthd', own_weights,
                        jnp.stack(own_values).astype(q.dtype)))
 
 
@@ -171,13 +168,20 @@ def attend_with_node_entries(q: jax.Array, keys: jax.Array,
   scores = jnp.where(mask, _scores('bwhd,bshd->bhws', q, keys), -jnp.inf)
   node_scores = jnp.where(node_mask[:, None],
                           _scores('bwhd,bmhd->bhwm', q, node_keys), -jnp.inf)
-  weights = jax.nn.softmax(jnp.concatenate([scores, node_scores], axis=-1),
-                           axis=-1).astype(q.dtype)
-  length = keys.shape[1]
-  return (jnp.einsum('bhws,bshd->bwhd', weights[..., :length],
-                     values.astype(q.dtype))
-          + jnp.einsum('bhwm,bmhd->bwhd', weights[..., length:],
+  weights, node_weights = _one_softmax(scores, node_scores, q.dtype)
+  return (jnp.einsum('bhws,bshd->bwhd', weights, values.astype(q.dtype))
+          + jnp.einsum('bhwm,bmhd->bwhd', node_weights,
                        node_values.astype(q.dtype)))
+
+
+def _one_softmax(scores: jax.Array, extra: jax.Array,
+                 dtype) -> tuple[jax.Array, jax.Array]:
+  """The weights of one softmax over the cache's scores [..., S] and
+  further entries' [..., E], split back into the two parts (in `dtype`)."""
+  weights = jax.nn.softmax(jnp.concatenate([scores, extra], axis=-1),
+                           axis=-1).astype(dtype)
+  length = scores.shape[-1]
+  return weights[..., :length], weights[..., length:]
 
 
 class _Projections(nnx.Module):
