@@ -100,7 +100,10 @@ def model_and_inputs(head_layer='independent'):
 
 
 @pytest.mark.parametrize('head_layer', [
-    'independent', 'sequential', 'autoregressive', 'block'])
+    # A one-pass and a dependent drafter by default; the others slow.
+    pytest.param('independent', marks=pytest.mark.slow),
+    pytest.param('sequential', marks=pytest.mark.slow),
+    'autoregressive', 'block'])
 def test_tune_k_records_each_examples_blocks_at_the_largest_k(head_layer):
   """Every head type: a draft of k - 1 proposals is the first k - 1 of the
   largest k's, so that decode's blocks give every k's statistics."""

@@ -28,8 +28,10 @@ def random_model(head_layer='independent'):
   return model
 
 
-@pytest.mark.parametrize('head_layer',
-                         ['independent', 'sequential', 'autoregressive'])
+@pytest.mark.parametrize('head_layer', [
+    # The draft layer by default: it reads earlier proposals and the source.
+    pytest.param('independent', marks=pytest.mark.slow),
+    pytest.param('sequential', marks=pytest.mark.slow), 'autoregressive'])
 def test_simulated_blocks_equal_decoded_and_oracle_bounds(head_layer):
   """Heads that read earlier proposals are fed the greedy tokens: up to a
   draft's first miss those are the proposals, so the counts still match."""

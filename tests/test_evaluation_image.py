@@ -116,8 +116,8 @@ def test_exact_blockwise_images_equal_greedy_and_distance_accepts_more():
   assert result['outputs']['greedy'].shape == (5, 4, 4, 3)
 
 
-@pytest.mark.parametrize('window, fitted', [(0, False), (3, False),
-                                            (0, True)])
+@pytest.mark.parametrize('window, fitted', [
+    pytest.param(0, False, marks=pytest.mark.slow), (3, False), (0, True)])
 def test_a_mixture_over_residuals_decodes_exactly_and_starts_at_the_reference(
     window, fitted):
   """Residual targets and a mixture output, with or without the input

@@ -470,7 +470,8 @@ def test_approximate_criteria_run_and_accept_more():
     # (The draft layer on a Llama base by default in the bfloat16 and
     # stop-id tests below; here slow.)
     *((6, drafter, 0, 'llama') for drafter in HEAD_LAYERS
-      if drafter != 'autoregressive'),
+      if drafter not in ('autoregressive', 'independent')),
+    pytest.param(6, 'independent', 0, 'llama', marks=pytest.mark.slow),
     pytest.param(6, 'autoregressive', 0, 'llama', marks=pytest.mark.slow),
     (4, 'independent', 0, 'qwen2'),
     # (The draft layer reading the source on a Qwen2 base: slow; by
@@ -513,7 +514,11 @@ def test_exact_blockwise_equals_greedy_for_every_head_layer(
             model, inputs, k=k, max_len=20, tree=tree))
 
 
-@pytest.mark.parametrize('head_layer', HEAD_LAYERS)
+# The draft layer and the block drafter by default, the others slow.
+@pytest.mark.parametrize('head_layer', [
+    pytest.param(head_layer, marks=pytest.mark.slow)
+    if head_layer in ('independent', 'joint', 'sequential') else head_layer
+    for head_layer in HEAD_LAYERS])
 def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
   """A discretized logistic mixture in place of the vocabulary projection
   (models/mixture.py): its argmax, the mixture's mode, is what greedy and
@@ -532,8 +537,9 @@ def test_exact_blockwise_equals_greedy_with_a_mixture_output(head_layer):
 
 
 @pytest.mark.parametrize('encoder_layers,head_layer', [
-    (2, 'independent'), (2, 'joint'), (2, 'sequential'),
-    (2, 'autoregressive:source=base'), (0, 'block'),
+    (2, 'independent'), (2, 'autoregressive:source=base'), (0, 'block'),
+    pytest.param(2, 'joint', marks=pytest.mark.slow),
+    pytest.param(2, 'sequential', marks=pytest.mark.slow),
     pytest.param(0, 'autoregressive', marks=pytest.mark.slow),
     pytest.param(2, 'block:source=base', marks=pytest.mark.slow)])
 def test_drafts_come_from_the_drafting_vocabulary(encoder_layers, head_layer):
@@ -830,7 +836,8 @@ def test_bad_refinements(small_model):
     Refinement(rescorer='bigram')
 
 
-@pytest.mark.parametrize('head_layer', ['sequential', 'autoregressive'])
+@pytest.mark.parametrize('head_layer', [
+    'sequential', pytest.param('autoregressive', marks=pytest.mark.slow)])
 def test_refinement_is_refused_for_heads_that_read_each_other(head_layer):
   from bpd_jax.decoding import Refinement  # pylint: disable=g-import-not-at-top
   model = random_model(0, head_layer=head_layer, dtype='float32')
@@ -869,8 +876,8 @@ def own_ids_inputs(seed, batch, pad_id):
 
 # Seeds whose outputs end at a stop id early and run long in others.
 @pytest.mark.parametrize('seed,encoder_layers,head_layer,architecture', [
-    (4, 2, 'independent', 'paper'), (3, 0, 'sequential', 'paper'),
-    (4, 0, 'autoregressive', 'llama')])
+    pytest.param(4, 2, 'independent', 'paper', marks=pytest.mark.slow),
+    (3, 0, 'sequential', 'paper'), (4, 0, 'autoregressive', 'llama')])
 def test_pad_minus_one_and_stop_ids_blockwise_equals_greedy(
     seed, encoder_layers, head_layer, architecture):
   """Exact blockwise decoding (one draft and trees) is greedy's output

@@ -509,9 +509,11 @@ TREES = {'2': (2,), '3,2': (3, 2), '2,1,2': (2, 1, 2)}
     # and dependent (sequential, the draft layer, the corrected block
     # drafter) drafters, drawn and argmax proposals.
     # (One-pass heads' trees by default in the lookup tree and wrong-rule
-    # tests.)
+    # tests; a dependent drafter's drawn children by default in the dynamic
+    # tree's test below.)
     pytest.param(3, 'independent', '3,2', 'draw', marks=pytest.mark.slow),
-    (4, 'autoregressive', '2,1,2', 'draw'),
+    pytest.param(4, 'autoregressive', '2,1,2', 'draw',
+                 marks=pytest.mark.slow),
     (3, 'sequential@llama', '2', 'argmax'),
     pytest.param(3, 'block', '3,2', 'argmax', marks=pytest.mark.slow),
     pytest.param(4, 'sequential', '2,1,2', 'draw', marks=pytest.mark.slow),

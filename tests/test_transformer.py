@@ -57,11 +57,26 @@ def extend_in_chunks(model, source, tokens, starts, chunk):
   return outputs[:, :length]
 
 
-@pytest.mark.parametrize('encoder_layers', [2, 0])
-@pytest.mark.parametrize('pre_norm,positions', [(True, 'sinusoidal'),
-                                                (False, 'learned'),
-                                                (True, 'image')])
-@pytest.mark.parametrize('local_block,local_memory', [(0, 0), (3, 2)])
+def _extend_cases():
+  """Every position encoding in both architectures: by default local
+  attention in encoder-decoders (super-resolution) and full attention in
+  decoder-only models, and the paper's sinusoidal encoder-decoder; the
+  rest of the grid slow."""
+  for encoder_layers in (2, 0):
+    for pre_norm, positions in ((True, 'sinusoidal'), (False, 'learned'),
+                                (True, 'image')):
+      for local_block, local_memory in ((0, 0), (3, 2)):
+        case = (encoder_layers, pre_norm, positions, local_block,
+                local_memory)
+        default = ((encoder_layers == 2) == (local_block > 0)
+                   or (encoder_layers, positions) == (2, 'sinusoidal'))
+        yield case if default else pytest.param(*case,
+                                                marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(
+    'encoder_layers,pre_norm,positions,local_block,local_memory',
+    list(_extend_cases()))
 def test_cached_extend_equals_full_forward(encoder_layers, pre_norm,
                                            positions, local_block,
                                            local_memory):
@@ -100,8 +115,10 @@ def test_float32_cache_matches_to_float_precision():
 
 @pytest.mark.parametrize('architecture,encoder_layers,dtype', [
     ('llama', 0, 'float64'), ('qwen2', 0, 'float64'), ('llama', 2, 'float64'),
-    ('llama', 0, 'float32'), ('qwen2', 0, 'float32'),
-    ('llama', 0, 'bfloat16'), ('qwen2', 0, 'bfloat16')])
+    ('llama', 0, 'float32'), ('llama', 0, 'bfloat16'),
+    # Qwen2's biases in lower precisions: slow.
+    pytest.param('qwen2', 0, 'float32', marks=pytest.mark.slow),
+    pytest.param('qwen2', 0, 'bfloat16', marks=pytest.mark.slow)])
 def test_llama_family_cached_extend_equals_full_forward(
     architecture, encoder_layers, dtype):
   """Rotary positions at each example's own offset (examples starting at
@@ -462,8 +479,11 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
     ('autoregressive', True, True, dict(draft_source='own',
                                         draft_feature_layers=(0,))),
     # On Llama-family bases (their scale_embeddings=False wins): the draft
-    # layer reading the source through a base's grouped keys and values.
-    ('sequential', False, True, llama_like.LLAMA),
+    # layer reading the source through a base's grouped keys and values
+    # (sequential heads on a Llama base slow: by default in
+    # tests/test_generate.py's head-layer cases).
+    pytest.param('sequential', False, True, llama_like.LLAMA,
+                 marks=pytest.mark.slow),
     ('autoregressive', True, True, dict(**llama_like.QWEN2,
                                         draft_source='base')),
     # The block drafter with its correction: one pass, then a step a head.
