@@ -192,15 +192,7 @@ class Decoder:
                        'Decoder(model, ngram=...) (a '
                        'rescorers.ngram.NgramModel, e.g. the drafts job\'s '
                        'ngram.npz).')
-    if options.lookup.min_ngram > self.ngram.order:
-      # Its contexts hold order - 1 tokens at most: nothing would ever be
-      # proposed, every call scoring one position.
-      raise ValueError(f'drafter {options.lookup.spec!r}: min='
-                       f'{options.lookup.min_ngram} asks for contexts of '
-                       f'{options.lookup.min_ngram - 1} tokens, but the '
-                       f'n-gram model of order {self.ngram.order} finds '
-                       f'{self.ngram.order - 1} at most: min <= '
-                       f'{self.ngram.order}.')
+    options.lookup.check_order(self.ngram.order)
     return self.ngram
 
   def sample(self, inputs, *, max_len: int, sampler: decoding.Sampler,

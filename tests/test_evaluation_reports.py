@@ -139,9 +139,10 @@ def test_an_ngram_model_of_another_vocabulary_is_refused_naming_it(tmp_path):
                      r'decodes 473'):
     reports._rescorers(ev, 473)
   ev.drafters = ('ngram:max=3,min=3',)
-  with pytest.raises(errors.ConfigError, match=r"^eval.drafters \('ngram:max"
-                     r"=3,min=3'\): min=3 asks for contexts the n-gram model "
-                     r'of order 2 at eval.ngram_path never finds: min <= 2'):
+  with pytest.raises(errors.ConfigError, match=r"^eval.drafters with eval."
+                     r"ngram_path: drafter 'ngram:min=3': min=3 asks "
+                     r'for contexts of 2 tokens, but the n-gram model of '
+                     r'order 2 finds 1 at most: min <= 2\.$'):
     reports._rescorers(ev, 50)
 
 

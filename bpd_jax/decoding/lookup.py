@@ -140,6 +140,16 @@ class Lookup:
       raise ValueError(f'lookup max={self.max_ngram!r} must be an integer '
                        f'in [min={self.min_ngram}, {MAX_NGRAM}].')
 
+  def check_order(self, order: int) -> None:
+    """Raises ValueError where an 'ngram' drafter's min asks for contexts
+    longer than a model of `order` holds (order - 1 tokens): nothing would
+    ever be proposed, every call scoring one position."""
+    if self.source == 'ngram' and self.min_ngram > order:
+      raise ValueError(f'drafter {self.spec!r}: min={self.min_ngram} asks '
+                       f'for contexts of {self.min_ngram - 1} tokens, but '
+                       f'the n-gram model of order {order} finds '
+                       f'{order - 1} at most: min <= {order}.')
+
 
 # The longest n matched: each n is one pass of compares over the buffer.
 MAX_NGRAM = 16

@@ -154,12 +154,11 @@ def _rescorers(eval_config, vocab_size: int) -> dict | None:
   model = ngram.NgramModel.load(eval_config.ngram_path, vocab_size,
                                 'eval.ngram_path')
   for drafter in eval_config.get('drafters', ()):
-    lookup = decoding.Lookup.from_spec(drafter)
-    if lookup.source == 'ngram' and lookup.min_ngram > model.order:
+    try:
+      decoding.Lookup.from_spec(drafter).check_order(model.order)
+    except ValueError as error:
       raise errors.ConfigError(
-          f'eval.drafters ({drafter!r}): min={lookup.min_ngram} asks for '
-          f'contexts the n-gram model of order {model.order} at '
-          f'eval.ngram_path never finds: min <= {model.order}.')
+          f'eval.drafters with eval.ngram_path: {error}') from None
   return {'ngram': model}
 
 
