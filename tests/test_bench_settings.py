@@ -71,7 +71,7 @@ def test_greedy_is_k1():
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(criteria=['top3']), "criterion 'top3'"),
-    (dict(samplers=['warmth=2']), "'warmth=2' is not temperature=T"),
+    (dict(samplers=['warmth=2']), "'warmth=2' is not one of temperature="),
     (dict(trees=['2,x']), "'2,x'"),
     (dict(trees=['dynamic:64']), "tree 'dynamic:64': no k of"),
     (dict(trees=['dynamic:x']), "'dynamic:x' is not"),

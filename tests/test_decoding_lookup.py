@@ -92,7 +92,7 @@ def test_specs_round_trip(spec, expected):
 @pytest.mark.parametrize('spec,message', [
     ('lookups', "is one of ('lookup', 'ngram')"),
     ('lookup:n=2', "'n=2' is not one of max=, min=, heads="),
-    ('lookup:max=x', "max='x' is not int"),
+    ('lookup:max=x', "max='x' is not an integer"),
     ('lookup:min=0', 'min=0 must be an integer >= 1'),
     ('lookup:max=2,min=3', 'max=2 must be an integer in [min=3, 16]'),
     ('lookup:heads=both', "heads='both' is not one of"),

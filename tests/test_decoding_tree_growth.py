@@ -193,8 +193,12 @@ def test_dynamic_tree_specs_and_limits():
   assert tree.size == 32 and tree.depth == 4 and not tree.is_chain
   assert math.isclose(tree.top_t, 4)
   for spec, message in [
-      ('dynamic', 'is not "dynamic:N"'), ('dynamic:8,wide=2', 'is not'),
-      ('dynamic:8,top=2,top=3', 'is not'), ('dynamic:1', 'has no proposal'),
+      ('dynamic', 'is not "dynamic:N"'), ('dynamic:x', 'is not "dynamic:N"'),
+      ('dynamic:8,wide=2', "'wide=2' is not one of top=, frontier=, "
+       'temperature='),
+      ('dynamic:8,top=2,top=3', 'top= is given twice'),
+      ('dynamic:8,top=two', "top='two' is not an integer"),
+      ('dynamic:1', 'has no proposal'),
       ('dynamic:129', 'exceeds the budget of 128'),
       ('dynamic:64,top=2,frontier=2', r'keeps more nodes than its depth 4, '
        r'top 2 and frontier 2 draft \(14\)')]:

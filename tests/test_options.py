@@ -17,8 +17,9 @@ def test_parse_specs():
 
 @pytest.mark.parametrize('spec, message', [
     ('bigram:p=2', "rescorer 'bigram' is not one of"),
-    ('ngram:q=2', "unknown option 'q'"),
-    ('ngram:p=two', "p='two' is not int"),
+    ('ngram:q=2', "'q=2' is not one of p=, t=, w=, n="),
+    ('ngram:p=two', "p='two' is not an integer"),
+    ('ngram:p=2,p=4', 'p= is given twice'),
     ('ngram:w=2', r'weight=2.0 must be a number in \[0, 1\]'),
     ('ngram:w=nan', r'weight=nan must be a number in \[0, 1\]'),
     ('none:p=0', 'drafts=0 must be an integer >= 1'),

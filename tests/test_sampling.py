@@ -417,9 +417,9 @@ def test_bad_sampling_options(sampler, options, message):
 
 
 def test_bad_specs_and_keys():
-  with pytest.raises(ValueError, match="'warmth=2' is not temperature=T"):
+  with pytest.raises(ValueError, match="'warmth=2' is not one of temperature="):
     decoding.Sampler.from_spec('warmth=2')
-  with pytest.raises(ValueError, match="top_k='x' is not a number"):
+  with pytest.raises(ValueError, match="top_k='x' is not an integer"):
     decoding.Sampler.from_spec('top_k=x')
   with pytest.raises(ValueError, match="sampler 'temperature=1,temperature=2'"
                      ": temperature= is given twice"):

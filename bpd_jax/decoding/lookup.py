@@ -38,6 +38,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from bpd_jax.decoding import specs
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
 
@@ -99,21 +100,10 @@ class Lookup:
       raise ValueError(f'drafter {spec!r}: a drafter needing no training is '
                        f'one of {SOURCES}, then options after a colon '
                        f"(e.g. 'lookup:max=4,min=2,heads=tree').")
-    values = {}
-    for item in filter(None, rest.split(',')):
-      key, _, value = item.partition('=')
-      if key not in _SPEC_KEYS or not value:
-        raise ValueError(f'drafter {spec!r}: {item!r} is not one of '
-                         f'{", ".join(k + "=" for k in _SPEC_KEYS)}.')
-      name, kind = _SPEC_KEYS[key]
-      if name in values:  # 'max=3,max=4': which one was meant?
-        raise ValueError(f'drafter {spec!r}: {key}= is given twice.')
-      try:
-        values[name] = kind(value)
-      except ValueError:
-        raise ValueError(f'drafter {spec!r}: {key}={value!r} is not '
-                         f'{kind.__name__}.') from None
-    lookup = cls(source=source, **values)
+    given = specs.options(spec, rest, {key: kind for key, (_, kind)
+                                       in _SPEC_KEYS.items()}, 'drafter')
+    lookup = cls(source=source, **{_SPEC_KEYS[key][0]: value
+                                   for key, value in given.items()})
     lookup.check()
     return lookup
 

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from bpd_jax.decoding import lattice
+from bpd_jax.decoding import specs
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.infra import numeric
 
@@ -102,18 +103,10 @@ class Refinement:
     rescorer's context; an n-gram model's comes with the model.
     """
     name, _, options = spec.partition(':')
-    values = {}
-    for item in filter(None, options.split(',')):
-      key, _, value = item.partition('=')
-      if key not in _SPEC_KEYS:
-        raise ValueError(f'refinement {spec!r}: unknown option {key!r} (p, '
-                         f't or w).')
-      field, kind = _SPEC_KEYS[key]
-      try:
-        values[field] = kind(value)
-      except ValueError as error:
-        raise ValueError(f'refinement {spec!r}: {key}={value!r} is not '
-                         f'{kind.__name__}.') from error
+    given = specs.options(spec, options, {key: kind for key, (_, kind)
+                                          in _SPEC_KEYS.items()},
+                          'refinement')
+    values = {_SPEC_KEYS[key][0]: value for key, value in given.items()}
     try:
       return cls(rescorer=name, context=window if name == 'neural' else 0,
                  **values)

@@ -14,11 +14,16 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from bpd_jax.decoding import specs
 from bpd_jax.infra import numeric
 
 
 # How blockwise sampling proposes: drawn from q, or q's most likely token.
 PROPOSAL_RULES = ('draw', 'argmax')
+
+# The fields a spec gives, and their types.
+_SPEC_KINDS = {'temperature': float, 'top_k': int, 'top_p': float,
+               'proposals': str}
 
 
 @jax.tree_util.register_dataclass
@@ -49,24 +54,7 @@ class Sampler:
     defaults."""
     if spec == 'greedy':
       return cls(temperature=0.0)
-    fields = {}
-    for part in filter(None, spec.split(',')):
-      name, _, value = part.partition('=')
-      if name in fields:  # 'temperature=1,temperature=2': which was meant?
-        raise ValueError(f'sampler {spec!r}: {name}= is given twice.')
-      if name == 'proposals' and value:
-        fields[name] = value
-        continue
-      if name not in ('temperature', 'top_k', 'top_p') or not value:
-        raise ValueError(f"sampler {spec!r}: {part!r} is not "
-                         f"temperature=T, top_k=K, top_p=P or "
-                         f"proposals=R.")
-      try:
-        fields[name] = int(value) if name == 'top_k' else float(value)
-      except ValueError:
-        raise ValueError(f'sampler {spec!r}: {name}={value!r} is not a '
-                         f'number.') from None
-    return cls(**fields)
+    return cls(**specs.options(spec, spec, _SPEC_KINDS, 'sampler'))
 
   @property
   def spec(self) -> str:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpd_jax.decoding import criteria as criteria_lib
+from bpd_jax.decoding import specs
 from bpd_jax.infra import numeric
 from bpd_jax.infra import ops
 
@@ -329,23 +330,18 @@ class DynamicTree:
     """'dynamic:N' or 'dynamic:N,top=T,frontier=W,temperature=X' (each
     optional; defaults 8, 8, 1)."""
     head, _, rest = spec.partition(':')
-    items = rest.split(',') if rest else []
-    fields = {}
+    size, _, rest = rest.partition(',')
     try:
-      if head != 'dynamic' or not items:
+      if head != 'dynamic':
         raise ValueError
-      fields['size'] = int(items[0])
-      for item in items[1:]:
-        key, equals, value = item.partition('=')
-        if not equals or key not in ('top', 'frontier', 'temperature') or (
-            key in fields):
-          raise ValueError
-        fields[key] = float(value) if key == 'temperature' else int(value)
+      size = int(size)
     except ValueError:
       raise ValueError(f'tree {spec!r} is not "dynamic:N" or '
                        f'"dynamic:N,top=T,frontier=W,temperature=X".'
                        ) from None
-    return cls(depth=depth, **fields)
+    return cls(depth=depth, size=size, **specs.options(
+        spec, rest, {'top': int, 'frontier': int, 'temperature': float},
+        'tree'))
 
   @property
   def widths(self) -> tuple[int, ...]:
