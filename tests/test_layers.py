@@ -59,7 +59,7 @@ FORBIDDEN_MODULES = {
 # decoding/'s ground floor: the values a decode is described by import no
 # module that runs one.
 DECODING_GROUND = {'types', 'criteria', 'tree', 'lattice', 'refine',
-                   'lookup', 'sampler', 'rejection', 'options'}
+                   'lookup', 'sampler', 'rejection', 'options', 'specs'}
 DECODING_LOOPS = {'steps', 'tree_growth', 'tree_sampling', 'blockwise',
                   'sampling'}
 
