@@ -29,3 +29,9 @@ def test_options_read_as_their_types():
 def test_mistakes_are_named_with_the_spec(text, message):
   with pytest.raises(ValueError, match=message):
     specs.options('S', text, KINDS, 'tree')
+
+
+def test_fields_name_the_value_types_fields():
+  keys = {'p': ('drafts', int), 'w': ('weight', float)}
+  assert specs.fields('ngram:p=4,w=0.5', 'p=4,w=0.5', keys,
+                      'refinement') == {'drafts': 4, 'weight': 0.5}

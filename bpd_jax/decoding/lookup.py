@@ -100,10 +100,8 @@ class Lookup:
       raise ValueError(f'drafter {spec!r}: a drafter needing no training is '
                        f'one of {SOURCES}, then options after a colon '
                        f"(e.g. 'lookup:max=4,min=2,heads=tree').")
-    given = specs.options(spec, rest, {key: kind for key, (_, kind)
-                                       in _SPEC_KEYS.items()}, 'drafter')
-    lookup = cls(source=source, **{_SPEC_KEYS[key][0]: value
-                                   for key, value in given.items()})
+    lookup = cls(source=source,
+                 **specs.fields(spec, rest, _SPEC_KEYS, 'drafter'))
     lookup.check()
     return lookup
 

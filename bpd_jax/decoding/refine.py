@@ -103,10 +103,7 @@ class Refinement:
     rescorer's context; an n-gram model's comes with the model.
     """
     name, _, options = spec.partition(':')
-    given = specs.options(spec, options, {key: kind for key, (_, kind)
-                                          in _SPEC_KEYS.items()},
-                          'refinement')
-    values = {_SPEC_KEYS[key][0]: value for key, value in given.items()}
+    values = specs.fields(spec, options, _SPEC_KEYS, 'refinement')
     try:
       return cls(rescorer=name, context=window if name == 'neural' else 0,
                  **values)

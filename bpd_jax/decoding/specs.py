@@ -46,3 +46,12 @@ def options(spec: str, text: str, kinds: dict[str, type],
       raise ValueError(f'{what} {spec!r}: {key}={value!r} is not '
                        f'{_TYPE_NAMES[kind]}.') from None
   return values
+
+
+def fields(spec: str, text: str, keys: dict[str, tuple[str, type]],
+           what: str) -> dict:
+  """As `options`, for keys that stand for a value type's fields:
+  `keys` maps each key to (field, type); returns {field: value}."""
+  given = options(spec, text, {key: kind for key, (_, kind) in keys.items()},
+                  what)
+  return {keys[key][0]: value for key, value in given.items()}

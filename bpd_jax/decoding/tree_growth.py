@@ -143,13 +143,14 @@ class DynamicGrowth:
 
   Args:
     tree: the dynamic tree.
-    choose: as `StaticGrowth`'s: (level, logits, count) -> the first
-      `count` candidates of each expanded node in order, and whether each
-      could be drawn.
+    draw: (level, logits, count) -> each expanded node's first `count`
+      draws without replacement, in order, and whether each could be drawn
+      (as `StaticGrowth`'s `choose`); None: the children are the ranks
+      (argmax proposals), read off the top_k that scores them.
   """
 
-  def __init__(self, tree: tree_lib.DynamicTree, choose=greedy_children):
-    self.tree, self.choose = tree, choose
+  def __init__(self, tree: tree_lib.DynamicTree, draw=None):
+    self.tree, self.draw = tree, draw
     self.widths = tree.widths + (0,)
     # The pool of drafted nodes, level by level: [batch, n] each.
     self.pool_tokens, self.pool_parents, self.pool_scores = [], [], []
@@ -174,10 +175,10 @@ class DynamicGrowth:
     log_probs = jax.nn.log_softmax(
         logits.astype(jnp.float32) / self.tree.temperature, axis=-1)
     child_scores, ranked = jax.lax.top_k(log_probs, top)
-    if self.choose is greedy_children:  # The children are the ranks.
+    if self.draw is None:
       child_tokens = ranked.astype(jnp.int32)
     else:
-      child_tokens, drawn = self.choose(level, logits, top)
+      child_tokens, drawn = self.draw(level, logits, top)
       child_scores = jnp.where(drawn, child_scores, -jnp.inf)
     shape = (batch, width, top)
     child_scores = jnp.broadcast_to(child_scores, shape)
@@ -258,7 +259,7 @@ def growth(tree, choose=greedy_children, draws: bool = False):
   """The Growth of a Tree or a DynamicTree; `choose` picks the candidates
   (`draws`: they are draws without replacement, see `StaticGrowth`)."""
   if isinstance(tree, tree_lib.DynamicTree):
-    return DynamicGrowth(tree, choose)
+    return DynamicGrowth(tree, choose if draws else None)
   return StaticGrowth(tree, choose, draws)
 
 
