@@ -175,6 +175,15 @@ def test_a_record_without_a_runs_fields_or_a_path_of_another_type(tmp_path):
   _one_line(errors.WorkdirError, rf"^{tmp_path}/config\.json lacks the "
             rf"field '[a-z_]+', which every training run records",
             runs.load_run, str(tmp_path))
+  # A fault of the code naming a field the record holds is not blamed on
+  # the record: it propagates as itself.
+  def faulty(*args):
+    del args
+    raise AttributeError("'d_model'")
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(runs, '_model_folder', faulty)
+    with pytest.raises(AttributeError, match='d_model'):
+      runs.load_run(str(tmp_path))
   _one_line(ValueError, r'^load_run: workdir=None is not a path\.$',
             runs.load_run, None)
   _one_line(ValueError, r'^load_run: base_folder=5 is not a path\.$',

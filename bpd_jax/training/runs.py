@@ -136,6 +136,8 @@ def load_run(workdir: str, base_folder: str | None = None,
     model_config = factory.model_config_from(config, vocab.vocab_size)
   except (AttributeError, KeyError) as error:
     field = str(error).strip('\'"')
+    if _holds_field(config, field):
+      raise  # The record has it: a fault of the code, not of the record.
     raise errors.WorkdirError(
         f'{os.path.join(workdir, workdir_lib.CONFIG_FILE)} lacks the field '
         f"'{field}', which every training run records: not the record of a "
@@ -182,6 +184,14 @@ def recorded_config(workdir: str) -> ml_collections.ConfigDict:
       node = node.setdefault(section, {})
     node[key] = _tuples(value)
   return ml_collections.ConfigDict(nested)
+
+
+def _holds_field(config, field: str) -> bool:
+  """Whether any section of `config` (nested ConfigDicts) has `field`."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    return False
+  return field in config or any(_holds_field(value, field)
+                                for value in config.values())
 
 
 def _tuples(value):
