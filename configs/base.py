@@ -188,8 +188,9 @@ def get_config():
   # Trees of drafts verified in one call, each a row at every k deep
   # enough for it with exact verification, and the static ones under each
   # of eval.samplers: widths per depth ('2,2': the top 2 tokens at depths 1
-  # and 2, the argmax below) or 'dynamic:N[,top=T,frontier=W]' (N nodes
-  # made each call from the drafter's confidence; bpd_jax/decoding/tree.py).
+  # and 2, the argmax below) or 'dynamic:N[,top=T,frontier=W,temperature=S]'
+  # (N nodes made each call from the drafter's confidence;
+  # bpd_jax/decoding/tree.py).
   ev.trees = ()
   ev.tokenized_bleu = False  # Text tasks: also bleu_intl (t2t-bleu's).
   ev.every = 0  # Steps between evaluations during training (0: none).

@@ -44,9 +44,9 @@ _SAMPLERS = flags.DEFINE_multi_string(
 _TREES = flags.DEFINE_multi_string(
     'tree', None, "A tree of the heads' candidates, as widths per depth, "
     "e.g. '2,2', or a tree of N nodes made each call from the drafter's "
-    "confidence, 'dynamic:N[,top=T,frontier=W]' (repeatable): a row at "
-    'every k deeper than it, exact verification, and one under each '
-    'sampler.')
+    "confidence, 'dynamic:N[,top=T,frontier=W,temperature=S]' "
+    '(repeatable): a row at every k deeper than it, exact verification, '
+    'and one under each sampler.')
 _TREE_SIZES = flags.DEFINE_list(
     'tree_sizes', [], 'Nodes of the most probable trees under the rank '
     'probabilities measured on the calibration sources (e.g. 16,32; exact '

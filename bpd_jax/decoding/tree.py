@@ -160,8 +160,9 @@ class Tree:
 
   @classmethod
   def from_spec(cls, spec: str, depth: int) -> 'Tree | DynamicTree':
-    """'W1,W2,...': `from_widths`; 'dynamic:N[,top=T,frontier=W]': a
-    `DynamicTree` (configs, flags)."""
+    """'W1,W2,...': `from_widths`;
+    'dynamic:N[,top=T,frontier=W,temperature=S]': a `DynamicTree`
+    (configs, flags)."""
     if not isinstance(spec, str):
       raise ValueError(f'tree spec {spec!r} is not a string like "2,2" or '
                        f'"dynamic:32".')
