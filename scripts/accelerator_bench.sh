@@ -35,16 +35,26 @@
 # drafter's call at the code LM's, Multi30k's, SmolLM2-135M's and
 # Llama-3.2-1B's shapes for k up to 16 (cut at COSTS_TIMEOUT seconds,
 # default 300; into OUT/drafter_costs; QUICK=1: the tiny shape), after
-# the trained runs.
+# the trained runs. PARTS=train (with the others: PARTS='train trained')
+# first trains, on the accelerator, the runs the trained part reads that
+# RUNS lacks: RUNS/base (the main job: the base and the paper's heads),
+# then on its frozen base RUNS/ar_src_base_soft (the draft layer) and
+# RUNS/m30k_blockc (the corrected block drafter), each job cut at
+# TRAIN_TIMEOUT seconds (default 300) and its own evaluation kept to k=8
+# on 128 sentences (the bench measures); QUICK=1 trains 60 + 20 steps.
 set -uo pipefail
 if [ "$#" -ne 3 ]; then
   echo "usage: $0 DATA RUNS OUT" >&2
   exit 2
 fi
 DATA=$1 RUNS=$2 OUT=$3
-for needed in "$DATA/val.en" "$RUNS/base/vocab.model"; do
-  if [ ! -e "$needed" ]; then
-    echo "$0: $needed is missing" >&2
+PARTS=${PARTS:-random trained costs sharded}
+needed=("$DATA/val.en")
+# The train part makes the base run; the others read it.
+[[ " $PARTS " == *" train "* ]] || needed+=("$RUNS/base/vocab.model")
+for file in "${needed[@]}"; do
+  if [ ! -e "$file" ]; then
+    echo "$0: $file is missing" >&2
     exit 2
   fi
 done
@@ -70,12 +80,42 @@ bench() {  # NAME CONFIG_OPTIONS [FLAGS...]
 
 python -c 'import jax; print(jax.devices())' | tee -a "$LOG"
 DEVICES=$(python -c 'import jax; print(jax.device_count())')
+
+train() {  # NAME CONFIG_OPTIONS [FLAGS...]: a run of RUNS, unless there
+  local name=$1 options=$2
+  shift 2
+  if [ -d "$RUNS/$name/checkpoints" ]; then
+    echo "== train $name: in $RUNS already" | tee -a "$LOG"
+    return
+  fi
+  echo "== train $name $(date +%H:%M:%S)" | tee -a "$LOG"
+  timeout "${TRAIN_TIMEOUT:-300}" python -m bpd_jax.main \
+      --config="configs/multi30k.py:data_dir=$DATA${options:+,$options}" \
+      --workdir="$RUNS/$name" --config.eval.ks='(8,)' \
+      --config.eval.num_examples=128 "$@" >> "$LOG" 2>&1
+  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+}
+
+if [[ " $PARTS " == *" train "* ]]; then
+  STEPS=()
+  [ "${QUICK:-0}" = 1 ] && STEPS=(--config.train.head_steps=20)
+  train base "" "${STEPS[@]}" \
+      ${STEPS[@]:+--config.train.base_steps=60}
+  for run in ar_src_base_soft:heads=autoregressive,source=base,targets=base \
+      m30k_blockc:heads=block_corrected,source=base,targets=base; do
+    train "${run%%:*}" "init_from=$RUNS/base,${run#*:}" "${STEPS[@]}"
+  done
+  if [ ! -e "$RUNS/base/vocab.model" ]; then
+    echo "$0: $RUNS/base/vocab.model is missing: the base did not train" \
+        "(bench.log)" | tee -a "$LOG" >&2
+    exit 1
+  fi
+fi
 BASE_SIZE=(--config.model.size=base --config.model.d_ff=2048
            --config.model.num_encoder_layers=6
            --config.model.num_decoder_layers=6
            --config.model.head_hidden=512
            --config.task.vocab_path="$RUNS/base/vocab.model")
-PARTS=${PARTS:-random trained costs sharded}
 [[ " $PARTS " == *" random "* ]] &&
 for heads in independent sequential autoregressive block; do
   bench "random_base_$heads" "heads=$heads" --init=random \

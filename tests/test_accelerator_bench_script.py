@@ -34,6 +34,39 @@ def test_a_missing_corpus_or_base_run_is_named(tmp_path):
   assert not (tmp_path / 'o').exists()  # Nothing started.
 
 
+def test_the_train_part_trains_what_runs_lacks_first(tmp_path):
+  """PARTS=train needs no base run: it starts the main job for each run
+  the trained part reads that RUNS lacks (a stand-in python records the
+  calls: the jobs themselves are the training tests'), and stops, named,
+  when the base left no vocabulary."""
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'data' / 'val.en').write_text('A dog.\n')
+  runs = tmp_path / 'runs'
+  (runs / 'ar_src_base_soft' / 'checkpoints').mkdir(parents=True)
+  calls = tmp_path / 'calls'
+  stand_in = tmp_path / 'bin' / 'python'
+  stand_in.parent.mkdir()
+  stand_in.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n'
+                      '[ "$1" = -c ] && echo 1\nexit 0\n')
+  stand_in.chmod(0o755)
+  result = subprocess.run(
+      ['bash', SCRIPT, str(tmp_path / 'data'), str(runs),
+       str(tmp_path / 'o')], cwd=ROOT, capture_output=True, text=True,
+      timeout=60, env={**os.environ, 'PARTS': 'train trained', 'QUICK': '1',
+                       'PATH': f'{stand_in.parent}:{os.environ["PATH"]}'})
+  assert result.returncode == 1
+  assert f'{runs}/base/vocab.model is missing: the base did not train' in (
+      result.stderr)
+  jobs = [line for line in calls.read_text().splitlines()
+          if line.startswith('-m bpd_jax.main')]
+  assert len(jobs) == 2, jobs  # The draft layer's run is there already.
+  assert f'--workdir={runs}/base ' in jobs[0]
+  assert '--config.train.base_steps=60' in jobs[0]
+  assert f'init_from={runs}/base,heads=block_corrected' in jobs[1]
+  assert f'--workdir={runs}/m30k_blockc ' in jobs[1]
+  assert 'in ' + str(runs) + ' already' in result.stdout
+
+
 def fake_run(tmp_path):
   """A corpus and a base run that pass the script's checks (the benches
   themselves stop at the run's missing checkpoints)."""
