@@ -40,8 +40,9 @@
 # RUNS lacks: RUNS/base (the main job: the base and the paper's heads),
 # then on its frozen base RUNS/ar_src_base_soft (the draft layer) and
 # RUNS/m30k_blockc (the corrected block drafter), each job cut at
-# TRAIN_TIMEOUT seconds (default 300) and its own evaluation kept to k=8
-# on 128 sentences (the bench measures); QUICK=1 trains 60 + 20 steps.
+# TRAIN_TIMEOUT seconds (default 300; the drafters only after a base
+# that ended) and its own evaluation kept to k=8 on 128 sentences (the
+# bench measures); QUICK=1 trains 60 + 20 steps.
 set -uo pipefail
 if [ "$#" -ne 3 ]; then
   echo "usage: $0 DATA RUNS OUT" >&2
@@ -93,14 +94,16 @@ train() {  # NAME CONFIG_OPTIONS [FLAGS...]: a run of RUNS, unless there
       --config="configs/multi30k.py:data_dir=$DATA${options:+,$options}" \
       --workdir="$RUNS/$name" --config.eval.ks='(8,)' \
       --config.eval.num_examples=128 "$@" >> "$LOG" 2>&1
-  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+  local status=$?
+  echo "   exit $status $(date +%H:%M:%S)" | tee -a "$LOG"
+  return $status
 }
 
 if [[ " $PARTS " == *" train "* ]]; then
   STEPS=()
   [ "${QUICK:-0}" = 1 ] && STEPS=(--config.train.head_steps=20)
-  train base "" "${STEPS[@]}" \
-      ${STEPS[@]:+--config.train.base_steps=60}
+  # Drafters on a base cut short would measure that base: none then.
+  train base "" "${STEPS[@]}" ${STEPS[@]:+--config.train.base_steps=60} &&
   for run in ar_src_base_soft:heads=autoregressive,source=base,targets=base \
       m30k_blockc:heads=block_corrected,source=base,targets=base; do
     train "${run%%:*}" "init_from=$RUNS/base,${run#*:}" "${STEPS[@]}"

@@ -47,18 +47,28 @@ def test_the_train_part_trains_what_runs_lacks_first(tmp_path):
   stand_in = tmp_path / 'bin' / 'python'
   stand_in.parent.mkdir()
   stand_in.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n'
-                      '[ "$1" = -c ] && echo 1\nexit 0\n')
+                      '[ "$1" = -c ] && echo 1\nexit ${JOB_STATUS:-0}\n')
   stand_in.chmod(0o755)
-  result = subprocess.run(
-      ['bash', SCRIPT, str(tmp_path / 'data'), str(runs),
-       str(tmp_path / 'o')], cwd=ROOT, capture_output=True, text=True,
-      timeout=60, env={**os.environ, 'PARTS': 'train trained', 'QUICK': '1',
-                       'PATH': f'{stand_in.parent}:{os.environ["PATH"]}'})
+
+  def script(job_status):
+    calls.write_text('')
+    result = subprocess.run(
+        ['bash', SCRIPT, str(tmp_path / 'data'), str(runs),
+         str(tmp_path / 'o')], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, env={**os.environ, 'PARTS': 'train trained',
+                         'QUICK': '1', 'JOB_STATUS': job_status,
+                         'PATH': f'{stand_in.parent}:{os.environ["PATH"]}'})
+    jobs = [line for line in calls.read_text().splitlines()
+            if line.startswith('-m bpd_jax.main')]
+    return result, jobs
+
+  # A base job that ends badly (cut at TRAIN_TIMEOUT): no drafter on it.
+  result, jobs = script('124')
+  assert result.returncode == 1 and len(jobs) == 1, jobs
+  result, jobs = script('0')
   assert result.returncode == 1
   assert f'{runs}/base/vocab.model is missing: the base did not train' in (
       result.stderr)
-  jobs = [line for line in calls.read_text().splitlines()
-          if line.startswith('-m bpd_jax.main')]
   assert len(jobs) == 2, jobs  # The draft layer's run is there already.
   assert f'--workdir={runs}/base ' in jobs[0]
   assert '--config.train.base_steps=60' in jobs[0]
