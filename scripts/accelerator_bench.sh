@@ -69,14 +69,22 @@ else
          --calibration_examples=64)
 fi
 
+timed() {  # NAME SECONDS COMMAND...: logged, cut at SECONDS; its status
+  local name=$1 seconds=$2 status
+  shift 2
+  echo "== $name $(date +%H:%M:%S)" | tee -a "$LOG"
+  timeout "$seconds" "$@" >> "$LOG" 2>&1
+  status=$?
+  echo "   exit $status $(date +%H:%M:%S)" | tee -a "$LOG"
+  return $status
+}
+
 bench() {  # NAME CONFIG_OPTIONS [FLAGS...]
   local name=$1 options=$2
   shift 2
-  echo "== $name $(date +%H:%M:%S)" | tee -a "$LOG"
-  timeout "$LIMIT" python -m bpd_jax.bench \
+  timed "$name" "$LIMIT" python -m bpd_jax.bench \
       --config="configs/multi30k.py:data_dir=$DATA${options:+,$options}" \
-      --output_dir="$OUT/$name" "${SWEEP[@]}" "$@" >> "$LOG" 2>&1
-  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+      --output_dir="$OUT/$name" "${SWEEP[@]}" "$@"
 }
 
 python -c 'import jax; print(jax.devices())' | tee -a "$LOG"
@@ -89,14 +97,10 @@ train() {  # NAME CONFIG_OPTIONS [FLAGS...]: a run of RUNS, unless there
     echo "== train $name: in $RUNS already" | tee -a "$LOG"
     return
   fi
-  echo "== train $name $(date +%H:%M:%S)" | tee -a "$LOG"
-  timeout "${TRAIN_TIMEOUT:-300}" python -m bpd_jax.main \
+  timed "train $name" "${TRAIN_TIMEOUT:-300}" python -m bpd_jax.main \
       --config="configs/multi30k.py:data_dir=$DATA${options:+,$options}" \
       --workdir="$RUNS/$name" --config.eval.ks='(8,)' \
-      --config.eval.num_examples=128 "$@" >> "$LOG" 2>&1
-  local status=$?
-  echo "   exit $status $(date +%H:%M:%S)" | tee -a "$LOG"
-  return $status
+      --config.eval.num_examples=128 "$@"
 }
 
 if [[ " $PARTS " == *" train "* ]]; then
@@ -146,13 +150,10 @@ for run in base: sequential:heads=sequential \
 done
 
 if [[ " $PARTS " == *" costs "* ]]; then
-  echo "== drafter_costs $(date +%H:%M:%S)" | tee -a "$LOG"
   SHAPES=code_lm,multi30k,smollm2-135m,llama-3.2-1b
   [ "${QUICK:-0}" = 1 ] && SHAPES=tiny
-  timeout "${COSTS_TIMEOUT:-300}" python scripts/drafter_costs.py \
-      --shapes=$SHAPES --ks=1,2,4,8,12,16 \
-      --output_dir="$OUT/drafter_costs" >> "$LOG" 2>&1
-  echo "   exit $? $(date +%H:%M:%S)" | tee -a "$LOG"
+  timed drafter_costs "${COSTS_TIMEOUT:-300}" python scripts/drafter_costs.py \
+      --shapes=$SHAPES --ks=1,2,4,8,12,16 --output_dir="$OUT/drafter_costs"
 fi
 
 if [[ " $PARTS " == *" sharded "* ]]; then
