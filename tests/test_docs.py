@@ -262,6 +262,25 @@ def test_every_documented_command_takes_its_flags_config_and_fields():
   assert not wrong, '\n'.join(wrong)
 
 
+# The flags each job's --help must list (its own, then jobs.py's shared
+# --config and --workdir); checked on the helps read above, so no job
+# starts twice for it.
+JOB_FLAGS = {
+    'main': ['config', 'workdir'],
+    'evaluate': ['config', 'workdir'],
+    'distill': ['config', 'workdir', 'output_dir'],
+    'bench': ['config', 'workdir', 'init', 'output_dir', 'quick'],
+    'drafts': ['config', 'workdir', 'init', 'output_dir'],
+}
+
+
+def test_every_jobs_help_lists_its_flags():
+  flags = program_flags()
+  for job, names in JOB_FLAGS.items():
+    missing = set(names) - flags[f'bpd_jax.{job}'].keys()
+    assert not missing, (job, missing)
+
+
 def test_every_script_a_command_runs_exists():
   missing = [f'{path}: {word}' for path, command in documented()
              for word in command

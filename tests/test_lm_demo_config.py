@@ -61,7 +61,9 @@ def test_k_sets_the_heads_and_the_block_sizes_reported():
   assert lm_demo_config('k=4').eval.ks == (2, 4)
 
 
-def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
+def short_run(tmp_path):
+  """(a tiny lm_demo config over ten files of other code, a function of
+  more config options giving it, the trained model, its task)."""
   root = tmp_path / 'code'
   wanted = {'train': 10, 'validation': 2, 'test': 1}
   for i in range(1000):
@@ -82,20 +84,32 @@ def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
     return config
 
   config = tiny('')
-  workdir = tmp_path / 'run'
-  model, task = train.train(config, str(workdir), log=lambda _: None)
-  report = evaluation.report(config, str(workdir), model, task,
+  model, task = train.train(config, str(tmp_path / 'run'), log=lambda _: None)
+  return config, tiny, model, task
+
+
+def test_a_short_run_on_other_code_trains_and_decodes_exactly(tmp_path):
+  config, _, model, task = short_run(tmp_path)
+  report = evaluation.report(config, str(tmp_path / 'run'), model, task,
                              log=lambda _: None)
   assert report['examples'] == 2 and report['perplexity'] > 1
   assert [r['identical_to_greedy'] for r in report['rows']] == [1.0] * 3
-  # The paper's recipe: the model continues its training prompts, then
-  # trains on them from where it stopped.
+
+
+# Slow: a distilled corpus is written and trained on by default in
+# tests/test_distillation.py, and an LM task reads one back in
+# tests/test_tasks_lm_jsonl_prompts.py.
+@pytest.mark.slow
+def test_the_papers_recipe_trains_on_the_models_own_continuations(tmp_path):
+  # The model continues its training prompts, then trains on them from
+  # where it stopped.
+  config, tiny, model, task = short_run(tmp_path)
   corpus = tmp_path / 'distilled'
   counts = distillation.distill(config, model, task, str(corpus),
                                 log=lambda _: None)
   info = json.loads((corpus / 'distilled.json').read_text())
   assert info['vocab_fingerprint'] == task.vocab.fingerprint
-  config = tiny(f',init_from={workdir},distilled={corpus}')
+  config = tiny(f',init_from={tmp_path / "run"},distilled={corpus}')
   model, task = train.train(config, str(tmp_path / 'again'),
                             log=lambda _: None)
   prompts, continuations = task.encoded('train').lengths()

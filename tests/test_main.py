@@ -29,25 +29,37 @@ def run(module, *flags):
       env={**os.environ, 'XLA_FLAGS': xla_flags.COMPILE_FAST})
 
 
-def test_train_resume_and_evaluate(tmp_path):
-  result = run('main', *TINY, f'--workdir={tmp_path}')
+def train_and_evaluate(workdir):
+  """Trains TINY into workdir, then evaluates it with the evaluation job."""
+  result = run('main', *TINY, f'--workdir={workdir}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Phase \'heads\': steps 10..16' in result.stdout
   assert '| decoder' in result.stdout
-  report = json.loads((tmp_path / 'eval_validation.json').read_text())
+  report = json.loads((workdir / 'eval_validation.json').read_text())
   assert [r['decoder'] for r in report['rows']] == [
       'greedy', 'blockwise k=2', 'blockwise k=3']
   assert all(r['identical_to_greedy'] == 1.0 for r in report['rows'])
+  evaluated = run('evaluate', *TINY, f'--workdir={workdir}')
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert f'Restored step 16 from {workdir}/checkpoints.' in evaluated.stdout
+  assert 'blockwise k=3' in evaluated.stdout
+
+
+def test_train_and_evaluate(tmp_path):
+  train_and_evaluate(tmp_path)
+
+
+# Slow: a resume in-process by default (tests/test_training_train.py), and
+# the distillation job's refusal too (tests/test_distillation.py).
+@pytest.mark.slow
+def test_rerun_resumes_at_the_end_and_distill_keeps_its_input(tmp_path):
+  train_and_evaluate(tmp_path)
   # Rerun on the same workdir: resumes at the end, trains nothing more.
   again = run('main', *TINY, f'--workdir={tmp_path}',
               '--config.eval.after_training=false')
   assert again.returncode == 0, again.stderr[-3000:]
   assert 'Resumed from step 16' in again.stdout
   assert 'step ' not in again.stdout.replace('Resumed from step', '')
-  evaluated = run('evaluate', *TINY, f'--workdir={tmp_path}')
-  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-  assert f'Restored step 16 from {tmp_path}/checkpoints.' in evaluated.stdout
-  assert 'blockwise k=3' in evaluated.stdout
   # The distillation job checks its output directory before any decoding.
   refused = run('distill', *TINY, f'--workdir={tmp_path}',
                 f'--output_dir={tmp_path}')
