@@ -64,15 +64,21 @@ def test_heads_that_read_each_other_are_analysed_and_refuse_refinement(
   assert 'set --config.drafts.refinements=()' in result.stderr
 
 
-def test_bad_fields_and_missing_inputs_stop_before_work(tmp_path):
-  result = run('drafts', *TINY, f'--workdir={tmp_path}')
-  assert result.returncode != 0 and 'no checkpoints in' in result.stderr
-  result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
-               '--init=random', "--config.drafts.refinements=('none:p=3',)")
-  assert result.returncode != 0 and 'drafts=3 exceeds' in result.stderr
-  result = run('drafts', *TINY, *SMALL, f'--workdir={tmp_path}',
-               '--init=random', '--config.drafts.corpus=/no/such/file')
-  assert result.returncode != 0 and 'no such file' in result.stderr
+# Each check is a job's start (seconds of imports): one by default, the
+# others slow; each is tested in-process by default too (tests/test_jobs.py's
+# missing checkpoint, tests/test_drafts_checks.py's refinement,
+# tests/test_drafts_rescorer_training.py's corpus).
+@pytest.mark.parametrize('flags,message', [
+    (["--config.drafts.refinements=('none:p=3',)"], 'drafts=3 exceeds'),
+    pytest.param(['--config.drafts.corpus=/no/such/file'], 'no such file',
+                 marks=pytest.mark.slow),
+    pytest.param(None, 'no checkpoints in', marks=pytest.mark.slow)])
+def test_bad_fields_and_missing_inputs_stop_before_work(tmp_path, flags,
+                                                        message):
+  command = (TINY if flags is None else
+             [*TINY, *SMALL, '--init=random', *flags])
+  result = run('drafts', *command, f'--workdir={tmp_path}')
+  assert result.returncode != 0 and message in result.stderr
 
 
 def test_image_tasks_are_refused(tmp_path):
