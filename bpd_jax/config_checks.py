@@ -72,6 +72,7 @@ def check(config) -> None:
   tasks.check_model(config, model)  # What the task needs of the model.
   tasks.check(config)  # The task's own fields, and what it needs of others.
   _check_task_fits(config.task, model)
+  _check_model_fits_the_host(model)
   train, ev = config.train, config.eval
   schema.check(TRAIN_FIELDS, train, 'train')
   schema.check(EVAL_FIELDS, ev, 'eval')
@@ -275,6 +276,30 @@ def _check_task_fits(task, model) -> None:
   if not task.max_target_len <= model.max_target_len:
     raise ValueError(f'task.max_target_len={task.max_target_len} exceeds '
                      f'model.max_target_len={model.max_target_len}.')
+
+
+def host_memory_bytes() -> int:
+  """This host's physical memory: where every job builds, imports or reads
+  its model whole before placing it (`factory.build_place`)."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def _check_model_fits_the_host(model) -> None:
+  """Refuses a model whose feed-forward weights alone outgrow this host's
+  memory: a mistyped d_model, d_ff or depth (a zero too many) otherwise
+  allocates until the operating system stops the job. A floor, not an
+  estimate: every layer holds at least two d_model x d_ff matrices, at
+  least 2 bytes a parameter."""
+  layers = model.num_encoder_layers + model.num_decoder_layers
+  floor = 2 * layers * model.d_model * model.d_ff * 2  # Bytes.
+  memory = host_memory_bytes()
+  if floor > memory:
+    raise ValueError(
+        f'model.d_model={model.d_model}, d_ff={model.d_ff} and {layers} '
+        f'layers (num_encoder_layers + num_decoder_layers) hold at least '
+        f'{floor / 2 / 1e9:.3g} billion parameters, {floor / 2**30:.3g} GiB '
+        f'even in bfloat16: more than this host\'s {memory / 2**30:.3g} GiB '
+        f'of memory; check those fields.')
 
 
 def _check_buckets(config) -> None:

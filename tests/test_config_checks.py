@@ -137,6 +137,20 @@ def test_bad_fields(section, field, value, message):
     config_checks.check(config)
 
 
+def test_a_model_larger_than_the_hosts_memory_is_refused(monkeypatch):
+  config = demo_config()
+  model = config.model  # 2 + 2 layers of 2 x d_model x d_ff >= 2 bytes.
+  memory = 16 * model.d_model * model.d_ff
+  monkeypatch.setattr(config_checks, 'host_memory_bytes', lambda: memory)
+  config_checks.check(config)  # The floor is the memory itself: it fits.
+  model.d_ff += 1  # A typo's zero is far more.
+  with pytest.raises(ValueError, match=(
+      rf'model.d_model=128, d_ff={model.d_ff} and 4 layers .* hold at least '
+      r'.* billion parameters, .* GiB even in bfloat16: more than this '
+      r"host's .* GiB of memory; check those fields\.")):
+    config_checks.check(config)
+
+
 @pytest.mark.parametrize('fields,message', [
     (dict(param_rules='megatron'), r"mesh.param_rules='megatron' is not one "
      r"of \('tensor', 'fsdp'\)"),
