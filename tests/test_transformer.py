@@ -471,11 +471,16 @@ def test_decoding_weights_give_the_head_logits(tie_output, head1_from_base,
 
 @pytest.mark.parametrize('head_layer,tie_output,scale_embeddings,drafter', [
     ('sequential', True, True, {}), ('sequential', False, True, {}),
-    ('sequential', True, False, {}), ('autoregressive', True, True, {}),
-    ('autoregressive', False, True, {}),
+    # Unscaled embeddings: by default on the Llama-family bases below.
+    pytest.param('sequential', True, False, {}, marks=pytest.mark.slow),
+    ('autoregressive', True, True, {}),
+    # An untied output: by default with the draft layer's own source.
+    pytest.param('autoregressive', False, True, {}, marks=pytest.mark.slow),
     ('autoregressive', True, True, dict(draft_source='base')),
     ('autoregressive', False, True, dict(draft_source='own')),
-    ('autoregressive', True, True, dict(draft_feature_layers=(0,))),
+    # A lower layer's features: by default with the own source.
+    pytest.param('autoregressive', True, True,
+                 dict(draft_feature_layers=(0,)), marks=pytest.mark.slow),
     ('autoregressive', True, True, dict(draft_source='own',
                                         draft_feature_layers=(0,))),
     # On Llama-family bases (their scale_embeddings=False wins): the draft
