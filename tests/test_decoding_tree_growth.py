@@ -199,7 +199,7 @@ def test_dynamic_tree_specs_and_limits():
       ('dynamic:8,top=2,top=3', 'top= is given twice'),
       ('dynamic:8,top=two', "top='two' is not an integer"),
       ('dynamic:1', 'has no proposal'),
-      ('dynamic:129', 'exceeds the budget of 128'),
+      ('dynamic:257', 'exceeds the budget of 256'),
       ('dynamic:64,top=2,frontier=2', r'keeps more nodes than its depth 4, '
        r'top 2 and frontier 2 draft \(14\)')]:
     with pytest.raises(ValueError, match=message):

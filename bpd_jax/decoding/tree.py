@@ -41,14 +41,14 @@ from bpd_jax.infra import ops
 # The most nodes, root included, a tree may have (a static tree, a tuned
 # tree's size, a refinement's tree of drafts). Each call scores every node
 # against every other ([batch, N, N] ancestor masks, attention over N
-# positions, N cache entries more), and drafters whose heads read each
-# other's proposals compile one draft per leaf: without a bound a tree of
-# thousands of nodes compiles for many minutes and fills memory, while no
-# call accepts more than its depth + 1 tokens. 128 is where compiling a
-# decode with a draft layer (the dearest drafter to compile) grows from a
-# minute or two to many minutes; trees that pay (Medusa's, the tuned ones)
-# have tens of nodes.
-MAX_NODES = 128
+# positions, N cache entries more), and no call accepts more than its
+# depth + 1 tokens: without a bound a tree of thousands of nodes fills
+# memory for nothing. A tree's levels are drafted once each (a level's
+# nodes in one batched step), so what a tree compiles grows with its
+# depth, not its leaves: 256 nodes compile in seconds with the dearest
+# drafter to compile (the draft layer), and the dynamic trees that gain
+# most under sampling at temperature 1 take 150-250 of them.
+MAX_NODES = 256
 
 
 def check_size(nodes: int) -> None:
