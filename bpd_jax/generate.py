@@ -560,11 +560,31 @@ def _decode_body(model: Transformer, weights, inputs,
              ngram=None if ngram is None else decoding.lookup.NgramDrafter(
                  functools.partial(rescorers.ngram.next_token, ngram),
                  ngram.order - 1, config.bos_id))
+  ids['searched'] = _searched(config, source, prompt, prompt_lengths,
+                              options.lookup)
   if options.sampling:
     return decoding.sampling.blockwise_sample_decode(
         fns, cache, prompt, prompt_lengths, options, sampler, keys, **ids)
   return decoding.blockwise_decode(fns, cache, prompt, prompt_lengths,
                                    options, rescore=rescore, **ids)
+
+
+def _searched(config, source, prompt, prompt_lengths, lookup):
+  """(tokens [batch, S + P], lengths [batch]) a prompt-lookup drafter
+  searches before the output: an encoder-decoder's source, then its
+  prompt (bos), or None, the prompt alone (a decoder-only model's, whose
+  prompt is its context; an 'ngram' drafter's, whose model reads the
+  target side from bos).
+
+  One vocabulary holds both sides, so what a translation copies (names,
+  numbers) or a summary quotes is found in its source.
+  """
+  if source is None or lookup is None or lookup.source != 'lookup':
+    return None
+  source_lengths = (source != config.pad_id).sum(axis=1).astype(jnp.int32)
+  return (decoding.lookup.history(source, source_lengths, prompt,
+                                  prompt_lengths),
+          source_lengths + prompt_lengths)
 
 
 def _iteration_count(iterations) -> np.ndarray:

@@ -19,6 +19,7 @@ import pytest
 
 from bpd_jax.decoding import blockwise
 from bpd_jax.decoding import Distance, Exact, TopK, blockwise_decode
+from bpd_jax.decoding import Lookup
 from bpd_jax.decoding import Refinement
 from bpd_jax.decoding import Tree
 from bpd_jax.decoding import DecodeOptions
@@ -337,3 +338,40 @@ def test_a_chain_tree_is_the_plain_program():
   plain = decode('oracle', 4, 20, trace=True)
   assert str(decode('oracle', 4, 20, tree=Tree.chain(3), trace=True)) == \
       str(plain)
+
+
+def test_a_lookup_searches_the_text_it_is_given_before_the_output():
+  # An encoder-decoder's source, searched before its prompt (bos) and
+  # output (`generate` passes it): here each example's prompt then the
+  # very output it will write, so the lookup finds the output's continuation
+  # from the first call, where searching the prompt alone finds it only
+  # once the output repeats itself.
+  k, max_len = 4, 20
+  options = DecodeOptions(max_len=max_len, k=k,
+                          lookup=Lookup(min_ngram=1, max_ngram=2))
+  texts = [PROMPT[i][:LENGTHS[i]] + greedy_reference(i, max_len)
+           for i in range(len(PROMPT))]
+  width = max(map(len, texts))
+  searched = (jnp.asarray([t + [fake_model.PAD] * (width - len(t))
+                           for t in texts], jnp.int32),
+              jnp.asarray([len(t) for t in texts], jnp.int32))
+  prompt = jnp.asarray(PROMPT, jnp.int32)
+  calls = {}
+  for name, text in (('prompt', None), ('searched', searched)):
+    cache = fake_model.make_cache(
+        prompt.shape[0], options.cache_positions(prompt.shape[1]),
+        EOS_POSITION)
+    result = jax.jit(functools.partial(
+        blockwise_decode, fake_model.make_fns('wrong', k), options=options,
+        end_ids=(fake_model.EOS,), pad_id=fake_model.PAD, searched=text))(
+            cache, prompt, jnp.asarray(LENGTHS, jnp.int32))
+    for i in range(len(PROMPT)):
+      expected = greedy_reference(i, max_len)
+      np.testing.assert_array_equal(result.tokens[i, :len(expected)],
+                                    expected)
+    calls[name] = np.asarray(result.model_calls)
+  # Every proposal after the first call is right: ceil((m - 1) / k) + 1.
+  lengths = [len(greedy_reference(i, max_len)) for i in range(len(PROMPT))]
+  np.testing.assert_array_equal(
+      calls['searched'], [1 + math.ceil((m - 1) / k) for m in lengths])
+  assert (calls['searched'] < calls['prompt']).all(), calls

@@ -21,7 +21,8 @@ from bpd_jax import generate
 from bpd_jax.bench import near_ties
 from bpd_jax.infra import sharding
 from bpd_jax.decoding import (DecodeOptions, Distance, DynamicTree, Exact,
-                              Refinement, Sampler, TopK, Tree, Typical)
+                              Lookup, Refinement, Sampler, TopK, Tree,
+                              Typical)
 from bpd_jax.decoding import tree as tree_lib
 from bpd_jax.models import Transformer, TransformerConfig
 from bpd_jax.models.mixture import OutputMixture
@@ -298,6 +299,28 @@ def test_lookup_drafts_on_repeating_output_and_past_the_heads():
       alone = decoder.blockwise(inputs[i:i + 1], k=MAX_HEADS + 4, max_len=30,
                                 drafter='lookup:min=1')
       np.testing.assert_array_equal(alone.tokens[0], result.tokens[i])
+
+
+def test_lookup_searches_an_encoder_decoders_source_then_its_prompt():
+  # What the loop's lookup searches before the output
+  # (tests/test_blockwise.py: it drafts from it): the source's tokens, then
+  # bos; a decoder-only model's prompt and an n-gram model's target side
+  # alone (None).
+  config = random_model(0, 2).config
+  source = jnp.array([[5, 6, 1, 0], [4, 1, 0, 0]])
+  prompt = jnp.full((2, 1), config.bos_id)
+  lookup = Lookup()
+  tokens, lengths = generate._searched(  # pylint: disable=protected-access
+      config, source, prompt, jnp.ones((2,), jnp.int32), lookup)
+  bos = config.bos_id
+  np.testing.assert_array_equal(tokens[:, :4], [[5, 6, 1, bos],
+                                                [4, 1, bos, -1]])
+  np.testing.assert_array_equal(lengths, [4, 3])
+  assert generate._searched(  # pylint: disable=protected-access
+      config, None, prompt, jnp.ones((2,), jnp.int32), lookup) is None
+  assert generate._searched(  # pylint: disable=protected-access
+      config, source, prompt, jnp.ones((2,), jnp.int32),
+      Lookup(source='ngram')) is None
 
 
 def test_ngram_drafts_the_continuations_it_was_built_from():

@@ -108,7 +108,8 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
                      end_ids: tuple[int, ...], pad_id: int,
                      iterations: jax.Array | None = None,
                      rescore: refine_lib.Rescore | None = None,
-                     ngram: lookup_lib.NgramDrafter | None = None
+                     ngram: lookup_lib.NgramDrafter | None = None,
+                     searched: tuple[jax.Array, jax.Array] | None = None
                      ) -> DecodeResult:
   """Blockwise parallel decoding of a batch with per-example acceptance.
 
@@ -131,13 +132,16 @@ def blockwise_decode(fns: DecodingFns, cache: Cache, prompt: jax.Array,
       `steps.run_loop`); None: until every example has ended.
     rescore: the refinement's rescorer (`refine.Rescore`), if it has one.
     ngram: the n-gram model of an 'ngram' lookup drafter.
+    searched: (tokens [batch, S], lengths [batch]) right-padded, what a
+      lookup drafter searches before the output (an encoder-decoder's
+      source and prompt: `lookup.history`); None: the prompt.
 
   Returns:
     DecodeResult with block_sizes of shape [batch, k + 1].
   """
   k, max_len = options.k, options.max_len
-  lookup = functools.partial(_lookup_drafts, options.lookup, ngram, prompt,
-                             prompt_lengths)
+  lookup = functools.partial(_lookup_drafts, options.lookup, ngram,
+                             *(searched or (prompt, prompt_lengths)))
   propose = {'heads': _plain_draft,
              'tree': functools.partial(_tree_drafts, options.tree),
              'refined': functools.partial(_refined_drafts,
@@ -263,7 +267,8 @@ def _lookup_drafts(lookup, ngram, prompt, prompt_lengths, fns, cache,
   output so far: [batch, k], empty slots NO_PROPOSAL where it drafts
   alone, else filled with the heads' argmax; or, heads='tree', its draft
   and the heads' as one tree. Arguments as `_plain_draft`'s, and the
-  prompt the lookup searches too."""
+  text the lookup searches before the output (`prompt`, right-padded,
+  `prompt_lengths` long)."""
   token = ops.take_at(next_tokens, last)[:, None]
   found = lookup_lib.draft(lookup, prompt, prompt_lengths, tokens, lengths,
                            k - 1, ngram)

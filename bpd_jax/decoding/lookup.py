@@ -7,9 +7,10 @@ imported checkpoint's fresh heads, or none worth reading):
   and vLLM's n-gram proposer): per example, find the latest earlier
   occurrence of the last n tokens of the prompt and output so far, n from
   `max_ngram` down to `min_ngram` (the longest match wins), and propose
-  the up to k - 1 tokens that followed it. Code being edited or
-  continued, and summaries quoting their source, repeat their own
-  context; translation repeats little.
+  the up to k - 1 tokens that followed it. An encoder-decoder's source
+  is searched too, before its output (`generate` passes it as the text
+  searched). Code being edited or continued, and summaries quoting their
+  source, repeat their context; translation copies names and numbers.
 - 'ngram': the greedy continuation under an n-gram language model
   (`rescorers.ngram.NgramModel`, built from a training corpus), where
   its longest context found is at least `min_ngram` - 1 tokens (an

@@ -181,15 +181,16 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                             sampler: Sampler, keys: jax.Array, *,
                             end_ids: tuple[int, ...], pad_id: int,
                             iterations: jax.Array | None = None,
-                            ngram: lookup_lib.NgramDrafter | None = None
-                            ) -> DecodeResult:
+                            ngram: lookup_lib.NgramDrafter | None = None,
+                            searched: tuple[jax.Array, jax.Array] | None
+                            = None) -> DecodeResult:
   """Blockwise sampling: the base model's distribution, k tokens a call at
   best (see the module docstring for the rule and why it is exact); k = 1
   is ancestral sampling.
 
   Args:
-    fns, cache, prompt, prompt_lengths, end_ids, pad_id, iterations: as
-      `blockwise.blockwise_decode`'s.
+    fns, cache, prompt, prompt_lengths, end_ids, pad_id, iterations,
+      searched: as `blockwise.blockwise_decode`'s.
     options: the decode, as `DecodeOptions.check` passed it (sampling):
       its k (1: ancestral sampling), max_len, criterion (Exact: the
       rejection rule, the base's distribution; Typical: Medusa's typical
@@ -204,10 +205,11 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
   """
   k, max_len, criterion = options.k, options.max_len, options.criterion
   first_key, draft_key = jnp.moveaxis(_call_keys(keys, 0, 2), 1, 0)
+  searched = searched or (prompt, prompt_lengths)
   propose = functools.partial(
       _proposals, fns, sampler, criterion,
       options.lookup if options.proposer == 'lookup' else None, ngram,
-      prompt, prompt_lengths, k=k)
+      *searched, k=k)
   tree = options.proposer in ('tree', 'lookup_tree')
   if tree and (fns.extend_tree is None or fns.commit is None):
     raise ValueError('several drafts a call need the model\'s extend_tree '
@@ -217,8 +219,7 @@ def blockwise_sample_decode(fns: DecodingFns, cache: Cache,
                                 k=k)
   elif options.proposer == 'lookup_tree':
     propose = functools.partial(_lookup_tree_proposals, fns, sampler,
-                                options.lookup, ngram, prompt, prompt_lengths,
-                                k=k)
+                                options.lookup, ngram, *searched, k=k)
   inner = blockwise_lib.start(
       fns, cache, prompt, prompt_lengths,
       lambda logits: draw(first_key, sampler.log_probs(logits)),
