@@ -306,7 +306,8 @@ def test_lookup_searches_an_encoder_decoders_source_then_its_prompt():
   # (tests/test_blockwise.py: it drafts from it): the source's tokens, then
   # bos; a decoder-only model's prompt and an n-gram model's target side
   # alone (None).
-  config = random_model(0, 2).config
+  with jax.enable_x64(True):  # The test models' float64 weights.
+    config = random_model(0, 2).config
   source = jnp.array([[5, 6, 1, 0], [4, 1, 0, 0]])
   prompt = jnp.full((2, 1), config.bos_id)
   lookup = Lookup()
