@@ -45,9 +45,9 @@ from bpd_jax.infra import ops
 # depth + 1 tokens: without a bound a tree of thousands of nodes fills
 # memory for nothing. A tree's levels are drafted once each (a level's
 # nodes in one batched step), so what a tree compiles grows with its
-# depth, not its leaves: 256 nodes compile in seconds with the dearest
-# drafter to compile (the draft layer), and the dynamic trees that gain
-# most under sampling at temperature 1 take 150-250 of them.
+# depth, not its leaves: 256 nodes compile in seconds even with the
+# dearest drafter to compile (the draft layer), and dynamic trees under
+# sampling keep gaining past 128.
 MAX_NODES = 256
 
 
