@@ -258,6 +258,9 @@ def exact_lookup_decoding_equals_greedy(max_examples):
             architecture, criterion, order):
     if 'heads=' in drafter:  # The heads draft too: k is theirs.
       k = min(k, MAX_HEADS)
+    # An n-gram model finds contexts of order - 1 tokens at most: one of
+    # an order below the drafter's min is refused (check_order).
+    order = max(order, Lookup.from_spec(drafter).min_ngram)
     with jax.enable_x64(True):
       model = random_model(seed, encoder_layers, head_layer,
                            head_scale=head_scale, architecture=architecture)
