@@ -317,7 +317,10 @@ def test_a_tree_holding_the_right_draft_decodes_as_the_oracle(k, max_len):
   np.testing.assert_array_equal(result.block_sizes, oracle.block_sizes)
 
 
-@pytest.mark.parametrize('name', ['exact', 'top2'])
+# An approximate criterion over a tree: slow here; by default per call in
+# tests/test_tree.py (test_tree_accepts_what_its_best_path_accepts_alone).
+@pytest.mark.parametrize('name', [
+    'exact', pytest.param('top2', marks=pytest.mark.slow)])
 def test_a_tree_with_the_argmax_path_accepts_at_least_the_chain(name):
   # The argmax chain is one of the tree's paths: calls never exceed the
   # plain draft's, and the output is what the criterion gives.

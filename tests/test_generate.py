@@ -377,10 +377,11 @@ def test_exact_blockwise_equals_greedy_with_local_attention(k):
 EVERY_K = tuple(range(1, MAX_HEADS + 1))
 
 
-# Each k compiles its own decode: the default run takes the smallest k, a
-# few between and the largest; the slow run every k on more models.
+# Each k compiles its own decode: the default run takes the smallest k, one
+# between and the largest (the property test above draws k from all of
+# them); the slow run every k on more models.
 @pytest.mark.parametrize('encoder_layers, models, ks', [
-    (2, ((1, 0.0),), (1, 2, 3, 6, MAX_HEADS)),
+    (2, ((1, 0.0),), (1, 3, MAX_HEADS)),
     pytest.param(2, ((1, 0.0),), EVERY_K, marks=pytest.mark.slow),
     pytest.param(0, ((2, 1.0),), EVERY_K, marks=pytest.mark.slow),
     pytest.param(2, ((2, 1.0),), EVERY_K, marks=pytest.mark.slow),
