@@ -591,6 +591,10 @@ class BlockAttention(_Projections):
     own = self.entries(flat(x), flat(positions))
     if self.rotary is not None:
       q = self.rotary(q, flat(positions))
+    if blocks == 1:  # Decoding: one block a row.
+      return self.out(self._merge_heads(self._one_block(
+          q, own, context, visible[:, 0], None if block_valid is None
+          else block_valid[:, 0])))[:, None]
     block = lambda t: t.reshape(batch, blocks, n, *t.shape[2:])
     q, own_k, own_v = block(q), block(own.key), block(own.value)
     # Scores and softmax in at least float32, as
@@ -613,3 +617,29 @@ class BlockAttention(_Projections):
                     context.value.astype(q.dtype))
          + jnp.einsum('bahnm,bamhd->banhd', weights[..., length:], own_v))
     return self.out(self._merge_heads(y))
+
+  @staticmethod
+  def _one_block(q, own: KVCache, context: KVCache, visible, block_valid):
+    """`__call__`'s attention where each row has one block (decoding):
+    one attention over the context entries followed by the block's own, as
+    the base's cached attention runs, in fewer kernels than the scores
+    split in two (a decoding call's cost on a CPU or at batch 1 is mostly
+    kernel launches).
+
+    Args:
+      q: [b, n, heads, head_dim] the block's rotated queries.
+      own: its own entries, [b, n, heads, head_dim] each.
+      context: [b, S, heads, head_dim] context entries.
+      visible: [b, S] bool, the context entries the block sees.
+      block_valid: [b, n] bool or None (all valid).
+
+    Returns:
+      [b, n, heads, head_dim] attended values.
+    """
+    keys = jnp.concatenate([context.key.astype(q.dtype), own.key], axis=1)
+    values = jnp.concatenate([context.value.astype(q.dtype), own.value],
+                             axis=1)
+    own_valid = (jnp.ones(own.key.shape[:2], bool) if block_valid is None
+                 else block_valid)
+    mask = padding_mask(jnp.concatenate([visible, own_valid], axis=1))
+    return jax.nn.dot_product_attention(q, keys, values, mask=mask)
