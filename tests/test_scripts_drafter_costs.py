@@ -38,6 +38,8 @@ def test_measure_gives_a_ratio_per_drafter_and_k():
   rows = drafter_costs.measure('tiny', names, [1, 2], rounds=2,
                                prompt_len=4, max_len=8, progress=lines.append)
   assert [row['drafter'] for row in rows] == names
+  # Greedy's call is one program whatever the drafter: one T(1) for all.
+  assert rows[0]['t1_ms'] == rows[1]['t1_ms']
   for row in rows:
     assert row['t1_ms'] > 0
     assert math.isfinite(row['T(2)/T(1)']) and row['T(2)/T(1)'] > 0
