@@ -537,7 +537,7 @@ def _decode_body(model: Transformer, weights, inputs,
     prompt = jnp.full((batch, 1), config.bos_id, jnp.int32)
   else:
     source, prompt = None, inputs
-  prompt_lengths = (prompt != config.pad_id).sum(axis=1).astype(jnp.int32)
+  prompt_lengths = _unpadded_lengths(prompt, config.pad_id)
   k = options.k
   cache = model.init_cache(batch, options.cache_positions(prompt.shape[1]),
                            source)
@@ -569,6 +569,11 @@ def _decode_body(model: Transformer, weights, inputs,
                                    options, rescore=rescore, **ids)
 
 
+def _unpadded_lengths(rows: jax.Array, pad_id: int) -> jax.Array:
+  """[batch] int32: the tokens of each right-padded row [batch, L]."""
+  return (rows != pad_id).sum(axis=1).astype(jnp.int32)
+
+
 def _searched(config, source, prompt, prompt_lengths, lookup):
   """(tokens [batch, S + P], lengths [batch]) a prompt-lookup drafter
   searches before the output: an encoder-decoder's source, then its
@@ -581,7 +586,7 @@ def _searched(config, source, prompt, prompt_lengths, lookup):
   """
   if source is None or lookup is None or lookup.source != 'lookup':
     return None
-  source_lengths = (source != config.pad_id).sum(axis=1).astype(jnp.int32)
+  source_lengths = _unpadded_lengths(source, config.pad_id)
   return (decoding.lookup.history(source, source_lengths, prompt,
                                   prompt_lengths),
           source_lengths + prompt_lengths)
