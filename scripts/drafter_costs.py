@@ -17,7 +17,9 @@ base weights (one seed); every (drafter, k) is measured once a round,
 the drafters' order rotated each round, over --rounds rounds, and its
 fastest round kept: the machine's drifts fall on every drafter alike.
 T(1), greedy's call, is one program whatever the drafter: every row's is
-the fastest of all of them.
+the fastest of all of them. --draft_vocab_size=N drafts among N ids (a
+drafting vocabulary, `generate.Decoder`'s draft_vocab: the proposals'
+projection reads N rows of the vocabulary, not all).
 
 On the default device (an accelerator where there is one).
 Outputs: drafter_costs.json (every figure, the settings, the machine) and
@@ -32,6 +34,7 @@ import platform
 from absl import app
 from absl import flags
 import jax
+import numpy as np
 import tabulate
 from flax import nnx
 
@@ -92,16 +95,24 @@ def config_of(shape: str, drafter: str, k: int, prompt_len: int,
 
 
 def measure(shape: str, names, ks, rounds: int, prompt_len: int,
-            max_len: int, progress=print) -> list[dict]:
+            max_len: int, progress=print,
+            draft_vocab_size: int = 0) -> list[dict]:
   """One row per drafter of `names`: T(1) ms and T(k) / T(1) for each k
-  (the fastest of `rounds` interleaved rounds)."""
+  (the fastest of `rounds` interleaved rounds), drafting among the first
+  `draft_vocab_size` ids (0: all; the cost is the same whichever ids)."""
+  vocab_size = SHAPES[shape]['vocab_size']
+  if not 0 <= draft_vocab_size <= vocab_size:
+    raise ValueError(f'draft_vocab_size={draft_vocab_size} must be in '
+                     f'[0, {vocab_size}] (the {shape} vocabulary).')
+  draft_ids = (np.arange(draft_vocab_size, dtype=np.int32)
+               if draft_vocab_size else None)
   best = {(d, k): float('inf') for d in names for k in ks}
   for round_ in range(rounds):
     shift = round_ % len(names)
     for drafter in names[shift:] + names[:shift]:
       model = Transformer(config_of(shape, drafter, max(ks), prompt_len,
                                     max_len), rngs=nnx.Rngs(0))
-      costs = step_costs.measure_all(model, ks, batch_size=1,
+      costs = step_costs.measure_all(model, ks, draft_ids, batch_size=1,
                                      source_len=prompt_len, max_len=max_len,
                                      repeats=1)
       for k, seconds in costs.items():
@@ -137,6 +148,9 @@ def _define_flags():
   flags.DEFINE_integer('prompt_len', 32, 'Prompt (or source) tokens.')
   flags.DEFINE_integer('max_len', 64, 'Tokens a decode generates at most '
                        '(the cache size).')
+  flags.DEFINE_integer('draft_vocab_size', 0, 'Draft among this many '
+                       'ids (a drafting vocabulary); 0: the whole '
+                       'vocabulary.', lower_bound=0)
   flags.DEFINE_string('output_dir', None, 'Where the report goes.')
   flags.mark_flags_as_required(['output_dir'])
 
@@ -155,13 +169,20 @@ def main(argv):
     raise app.UsageError(f'--ks={",".join(options.ks)}: block sizes are '
                          'integers >= 1.')
   ks = sorted({1, *(int(k) for k in options.ks)})
+  for shape in options.shapes:
+    if options.draft_vocab_size > SHAPES[shape]['vocab_size']:
+      raise app.UsageError(
+          f'--draft_vocab_size={options.draft_vocab_size} exceeds the '
+          f"{shape} vocabulary ({SHAPES[shape]['vocab_size']}).")
   settings = dict(shapes=options.shapes, drafters=options.drafters, ks=ks,
                   rounds=options.rounds, prompt_len=options.prompt_len,
-                  max_len=options.max_len)
+                  max_len=options.max_len,
+                  draft_vocab_size=options.draft_vocab_size)
   rows = []
   for shape in options.shapes:
     rows += measure(shape, options.drafters, ks, options.rounds,
-                    options.prompt_len, options.max_len)
+                    options.prompt_len, options.max_len,
+                    draft_vocab_size=options.draft_vocab_size)
   report = dict(settings=settings, rows=rows,
                 machine=dict(cpu=platform.processor() or platform.machine(),
                              cores=os.cpu_count(),

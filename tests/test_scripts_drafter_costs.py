@@ -45,6 +45,15 @@ def test_measure_gives_a_ratio_per_drafter_and_k():
     assert math.isfinite(row['T(2)/T(1)']) and row['T(2)/T(1)'] > 0
   # Every drafter once a round, the order rotated: round 2 starts second.
   assert len(lines) == 4 and 'round 2: block_corrected' in lines[2]
+  # A drafting vocabulary: the same rows, proposals among 16 of 64 ids.
+  rows = drafter_costs.measure('tiny', ['block'], [1, 2], rounds=1,
+                               prompt_len=4, max_len=8, progress=print,
+                               draft_vocab_size=16)
+  assert math.isfinite(rows[0]['T(2)/T(1)'])
+  with pytest.raises(ValueError, match=r'draft_vocab_size=65 must be in '
+                     r'\[0, 64\]'):
+    drafter_costs.measure('tiny', ['block'], [1, 2], rounds=1,
+                          prompt_len=4, max_len=8, draft_vocab_size=65)
 
 
 def test_bad_flags_are_refused_before_any_measurement(tmp_path):
@@ -53,7 +62,9 @@ def test_bad_flags_are_refused_before_any_measurement(tmp_path):
   cases = {'--shapes=code_lm,gpt-5': "--shapes: ['gpt-5'] not of",
            '--drafters=medusa': "--drafters: ['medusa'] not of",
            '--ks=0,4': '--ks=0,4: block sizes are integers >= 1.',
-           '--ks=four': '--ks=four: block sizes'}
+           '--ks=four': '--ks=four: block sizes',
+           '--draft_vocab_size=2001': '--draft_vocab_size=2001 exceeds the '
+                                      'code_lm vocabulary (2000).'}
   runs = {flag: subprocess.Popen(
       [sys.executable, SCRIPT, flag, f'--output_dir={tmp_path}'],
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
