@@ -94,16 +94,21 @@ def config_of(shape: str, drafter: str, k: int, prompt_len: int,
   return config
 
 
+def check_draft_vocab_size(shape: str, size: int):
+  """Raises ValueError unless 0 <= size <= the shape's vocabulary."""
+  vocab_size = SHAPES[shape]['vocab_size']
+  if not 0 <= size <= vocab_size:
+    raise ValueError(f'draft_vocab_size={size} must be in [0, '
+                     f'{vocab_size}] (the {shape} vocabulary).')
+
+
 def measure(shape: str, names, ks, rounds: int, prompt_len: int,
             max_len: int, progress=print,
             draft_vocab_size: int = 0) -> list[dict]:
   """One row per drafter of `names`: T(1) ms and T(k) / T(1) for each k
   (the fastest of `rounds` interleaved rounds), drafting among the first
   `draft_vocab_size` ids (0: all; the cost is the same whichever ids)."""
-  vocab_size = SHAPES[shape]['vocab_size']
-  if not 0 <= draft_vocab_size <= vocab_size:
-    raise ValueError(f'draft_vocab_size={draft_vocab_size} must be in '
-                     f'[0, {vocab_size}] (the {shape} vocabulary).')
+  check_draft_vocab_size(shape, draft_vocab_size)
   draft_ids = (np.arange(draft_vocab_size, dtype=np.int32)
                if draft_vocab_size else None)
   best = {(d, k): float('inf') for d in names for k in ks}
@@ -169,11 +174,11 @@ def main(argv):
     raise app.UsageError(f'--ks={",".join(options.ks)}: block sizes are '
                          'integers >= 1.')
   ks = sorted({1, *(int(k) for k in options.ks)})
-  for shape in options.shapes:
-    if options.draft_vocab_size > SHAPES[shape]['vocab_size']:
-      raise app.UsageError(
-          f'--draft_vocab_size={options.draft_vocab_size} exceeds the '
-          f"{shape} vocabulary ({SHAPES[shape]['vocab_size']}).")
+  for shape in options.shapes:  # Every shape's, before any measurement.
+    try:
+      check_draft_vocab_size(shape, options.draft_vocab_size)
+    except ValueError as error:
+      raise app.UsageError(f'--{error}') from None
   settings = dict(shapes=options.shapes, drafters=options.drafters, ks=ks,
                   rounds=options.rounds, prompt_len=options.prompt_len,
                   max_len=options.max_len,

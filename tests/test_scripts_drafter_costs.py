@@ -47,7 +47,8 @@ def test_measure_gives_a_ratio_per_drafter_and_k():
   assert len(lines) == 4 and 'round 2: block_corrected' in lines[2]
   # A drafting vocabulary: the same rows, proposals among 16 of 64 ids.
   rows = drafter_costs.measure('tiny', ['block'], [1, 2], rounds=1,
-                               prompt_len=4, max_len=8, progress=print,
+                               prompt_len=4, max_len=8,
+                               progress=lambda line: None,
                                draft_vocab_size=16)
   assert math.isfinite(rows[0]['T(2)/T(1)'])
   with pytest.raises(ValueError, match=r'draft_vocab_size=65 must be in '
@@ -63,8 +64,8 @@ def test_bad_flags_are_refused_before_any_measurement(tmp_path):
            '--drafters=medusa': "--drafters: ['medusa'] not of",
            '--ks=0,4': '--ks=0,4: block sizes are integers >= 1.',
            '--ks=four': '--ks=four: block sizes',
-           '--draft_vocab_size=2001': '--draft_vocab_size=2001 exceeds the '
-                                      'code_lm vocabulary (2000).'}
+           '--draft_vocab_size=2001': '--draft_vocab_size=2001 must be in '
+                                      '[0, 2000] (the code_lm vocabulary).'}
   runs = {flag: subprocess.Popen(
       [sys.executable, SCRIPT, flag, f'--output_dir={tmp_path}'],
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
