@@ -592,9 +592,9 @@ class BlockAttention(_Projections):
     if self.rotary is not None:
       q = self.rotary(q, flat(positions))
     if blocks == 1:  # Decoding: one block a row.
-      return self.out(self._merge_heads(self._one_block(
-          q, own, context, visible[:, 0], None if block_valid is None
-          else block_valid[:, 0])))[:, None]
+      valid = None if block_valid is None else block_valid[:, 0]
+      y = self._one_block(q, own, context, visible[:, 0], valid)
+      return self.out(self._merge_heads(y))[:, None]
     block = lambda t: t.reshape(batch, blocks, n, *t.shape[2:])
     q, own_k, own_v = block(q), block(own.key), block(own.value)
     # Scores and softmax in at least float32, as
