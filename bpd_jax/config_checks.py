@@ -82,6 +82,7 @@ def check(config) -> None:
   _check_base_learning_rate_scale(train)
   _check_phases(train, model)
   _check_head_positions(train, model)
+  _check_acceptance_weighted(train)
   _check_draft_inputs(train, model)
   _check_mixture(train, model)
   if model.mixture is not None and ev.draft_vocab_size:
@@ -257,6 +258,16 @@ def _check_head_positions(train, model) -> None:
                      f'{model.head_layer!r} drafter attends over every '
                      f'position, so its positions cannot be sampled; set '
                      f'it to 1.0.')
+
+
+def _check_acceptance_weighted(train) -> None:
+  """train.acceptance_weighted: a head's weight is read from the heads
+  before it, which a step that trains one random head lacks."""
+  if train.acceptance_weighted and train.random_head:
+    raise ValueError('train.acceptance_weighted=True with '
+                     'train.random_head=True: a head\'s weight is the '
+                     'probability that the heads before it were right, and '
+                     'a random-head step trains one head; choose one.')
 
 
 def _check_draft_inputs(train, model) -> None:

@@ -98,6 +98,11 @@ def get_config():
   # (a draft is accepted up to its first miss, so its early heads count
   # most); 0: the same.
   train.head_loss_decay = 0.0
+  # Each head's loss at a position weighed by the drafter's own probability
+  # (no gradient) of having drafted the heads before it right there: how
+  # likely verification reaches it (a loss on acceptance). Not with
+  # random_head.
+  train.acceptance_weighted = False
   # What heads 2..k learn: 'data' (the true tokens) or 'base' (the base's
   # own next-token distribution there: what verification accepts).
   train.head_targets = 'data'

@@ -198,6 +198,17 @@ def test_numpy_numbers_are_numbers():
   config_checks.check(config)
 
 
+def test_acceptance_weighting_refuses_a_random_head():
+  config = demo_config()
+  config.train.acceptance_weighted = True
+  config.train.head_position_fraction = 1.0  # Refused with random_head too.
+  config_checks.check(config)  # The mean over all heads: served.
+  config.train.random_head = True
+  with pytest.raises(ValueError, match='acceptance_weighted=True with '
+                     'train.random_head=True'):
+    config_checks.check(config)
+
+
 @pytest.mark.parametrize('fields,message', [
     (dict(train=dict(random_head=True)), 'with train.random_head=True: each '
      'cuts'),

@@ -52,7 +52,7 @@ def setup():
 heads_loss = nnx.jit(losses.heads_loss, static_argnames=(
     'first', 'count', 'label_smoothing', 'random_head', 'head1_weight',
     'input_dropout', 'position_fraction', 'head_targets', 'draft_inputs',
-    'loss_decay'))
+    'loss_decay', 'acceptance_weighted'))
 
 
 def loss(model, batch, first, count, random_head=False, head_key=None):
@@ -283,6 +283,60 @@ def test_sampled_positions_train_the_later_heads_on_their_sample(head_layer):
       dropout_key=None, head_key=jax.random.key(6), head1_weight=0.4,
       position_fraction=0.4)
   assert float(other) != float(value)
+
+
+def test_reach_weights_multiply_the_heads_before_without_gradient():
+  right = jnp.log(jnp.array([[[0.9, 0.5, 0.4, 0.2]]]))
+  # Heads 2..5: head 2 is always reached, head 3 when head 2 was right, ...
+  np.testing.assert_allclose(losses.reach_weights(right, 1),
+                             [[[1.0, 0.9, 0.45, 0.18]]], rtol=1e-6)
+  # With head 1 (the base's own token, always accepted) among them.
+  np.testing.assert_allclose(losses.reach_weights(right, 0),
+                             [[[1.0, 1.0, 0.5, 0.2]]], rtol=1e-6)
+  gradient = jax.grad(lambda x: losses.reach_weights(x, 1).sum())(right)
+  np.testing.assert_array_equal(gradient, 0.0)
+
+
+@pytest.mark.parametrize('fraction', [1.0, 0.4])
+def test_acceptance_weighting_weighs_each_head_by_its_reach(fraction):
+  """Head i's loss at a position is weighed by the product of the
+  probabilities the heads before it (head 1 excepted) gave the labels
+  there, on every position or on the sampled ones."""
+  config = TransformerConfig.from_size('tiny', vocab_size=12,
+                                       num_proposal_heads=4,
+                                       head_layer='sequential')
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  _, batch = setup()
+  key = jax.random.key(5)
+  options = dict(first=0, count=4, label_smoothing=0.1, random_head=False,
+                 dropout_key=None, head_key=key, head1_weight=0.4,
+                 position_fraction=fraction)
+  value, _ = heads_loss(model, batch, acceptance_weighted=True, **options)
+  plain, _ = heads_loss(model, batch, **options)
+  target = batch['target']
+  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
+  labels = losses.shifted_targets(target, 0, 4)
+  logits = model.head_logits(hidden, 0, 4, losses.shifted_targets(target, 0,
+                                                                   3))
+  mask = np.asarray(labels != 0)
+  probs = np.asarray(jax.nn.softmax(logits, -1))
+  right = np.take_along_axis(probs, np.asarray(labels)[..., None], -1)[..., 0]
+  right[..., 0] = 1.0
+  reach = np.concatenate([np.ones_like(right[..., :1]),
+                          np.cumprod(right, -1)[..., :-1]], -1)
+  token = np.asarray(cross_entropy(logits, labels, 0.1)) * mask * reach
+  if fraction < 1:
+    rows = np.asarray(losses.sampled_positions(key, target, fraction, 0))
+    sampled = np.zeros(target.shape, bool)
+    sampled[np.arange(2)[:, None], rows] = True
+  else:
+    sampled = np.ones(target.shape, bool)
+  per_head = [token[..., 0].sum() / mask[..., 0].sum()] + [
+      token[..., h][sampled].sum() / mask[..., h][sampled].sum()
+      for h in (1, 2, 3)]
+  np.testing.assert_allclose(float(value), 0.4 * per_head[0]
+                             + 0.2 * sum(per_head[1:]), rtol=1e-5)
+  assert float(value) < float(plain)  # Weights <= 1, most below.
 
 
 def test_sampled_positions_are_distinct_real_tokens_drawn_uniformly():

@@ -89,6 +89,7 @@ ADDED_FIELDS = {
     'model.draft_feature_layers': [],
     'model.block_layers': 1,  # No block drafter: its default.
     'train.head_loss_decay': 0.0,  # The heads weighed the same.
+    'train.acceptance_weighted': False,  # No weighing by reach.
     'train.read_unverified': False,  # Unverifiable steps were refused.
     'train.tokens_per_batch': 0,  # Fixed batches of train.batch_size.
     'train.bucket_lengths': [],  # None (as config.json writes a tuple).

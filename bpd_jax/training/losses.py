@@ -98,7 +98,7 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
                head1_weight: float = 0.0, input_dropout: float = 0.0,
                position_fraction: float = 1.0, head_targets: str = 'data',
                draft_inputs: str = 'data', scheduled_sampling: float = 0.0,
-               loss_decay: float = 0.0):
+               loss_decay: float = 0.0, acceptance_weighted: bool = False):
   """Loss of heads first .. first+count-1 on a batch.
 
   Args:
@@ -118,6 +118,12 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
     head1_weight: see `head_weights` (0: all heads weigh the same).
     loss_decay: see `head_weights` (0: the heads after head 1 weigh the
       same).
+    acceptance_weighted: each head's loss at a position is weighed by
+      `reach_weights`, the drafter's own probability (no gradient) of
+      having drafted the heads before it right there: how likely
+      verification reaches it. A loss on acceptance itself (DSpark's aim):
+      a draft counts up to its first miss, so a position past a likely
+      miss teaches less. Not with `random_head` (config_checks).
     input_dropout: probability that a decoder input token (bos excepted)
       is replaced by pad_id, drawn with `dropout_key`. Image models
       otherwise learn to copy the previous pixel and ignore their input
@@ -174,12 +180,12 @@ def heads_loss(model, batch: dict, *, first: int, count: int,
   if position_fraction < 1 and count > int(first == 0):
     sums = _sampled_position_sums(model, inputs, first, count, own_drafts,
                                   head_key, position_fraction,
-                                  label_smoothing)
+                                  label_smoothing, acceptance_weighted)
     heads, feature_loss = first + jnp.arange(count), 0.0
   else:
     sums, heads, weights, feature_loss = _every_position_sums(
         model, inputs, first, count, own_drafts, random_head, head_key,
-        weights, label_smoothing)
+        weights, label_smoothing, acceptance_weighted)
   loss_sum, correct, tokens = sums
   per_head_loss = loss_sum / jnp.maximum(tokens, 1.0)
   num_heads = model.config.num_proposal_heads
@@ -272,10 +278,11 @@ def _with_own_predictions(decoder_input: jax.Array, logits: jax.Array,
 def _every_position_sums(model, inputs: _Pass, first: int, count: int,
                          own_drafts: bool, random_head: bool,
                          head_key: jax.Array, weights: jax.Array,
-                         label_smoothing: float):
+                         label_smoothing: float, acceptance_weighted: bool):
   """The heads on every position: (`_head_sums`, heads [n] and weights [n]
   of the sums' n heads, the draft layer's feature loss or 0.0). With
-  `random_head` only one head, drawn with `weights`, is summed."""
+  `random_head` only one head, drawn with `weights`, is summed (never
+  `acceptance_weighted`, which needs the heads before it)."""
   lengths = model.heads.training_lengths(jax.random.fold_in(head_key, 1),
                                          inputs.target.shape)
   states = model.head_states(inputs.outputs, first, count,
@@ -298,13 +305,15 @@ def _every_position_sums(model, inputs: _Pass, first: int, count: int,
     heads = first + drawn[None]
     weights = jnp.ones((1,))
   sums = _head_sums(model, states, labels, soft,
-                    label_smoothing=label_smoothing)
+                    label_smoothing=label_smoothing,
+                    reach_first=first if acceptance_weighted else None)
   return sums, heads, weights, feature_loss
 
 
 def _sampled_position_sums(model, inputs: _Pass, first: int, count: int,
                            own_drafts: bool, head_key: jax.Array,
-                           fraction: float, label_smoothing: float):
+                           fraction: float, label_smoothing: float,
+                           acceptance_weighted: bool):
   """`_head_sums` of head 1 (when trained) on every position and of the
   later heads on `sampled_positions` (`heads_loss`'s position_fraction)."""
   hidden, next_tokens = inputs.outputs.hidden, inputs.next_tokens
@@ -321,14 +330,17 @@ def _sampled_position_sums(model, inputs: _Pass, first: int, count: int,
                                block_lengths=lengths),
              _within_blocks(take(labels[..., whole:]), first + whole,
                             lengths, model.config.pad_id),
-             None if soft is None else take(soft[:, :, whole:]))]
-  if whole:
+             None if soft is None else take(soft[:, :, whole:]),
+             first + whole)]
+  if whole:  # Head 1 (the base) is always right: nothing to weigh.
     groups.insert(0, (model.head_states(hidden, first, 1, next_tokens),
                       labels[..., :1],
-                      None if soft is None else soft[:, :, :1]))
+                      None if soft is None else soft[:, :, :1], None))
   return [jnp.concatenate(parts) for parts in zip(*(
-      _head_sums(model, *group, label_smoothing=label_smoothing)
-      for group in groups))]
+      _head_sums(model, states, labels, soft,
+                 label_smoothing=label_smoothing,
+                 reach_first=group_first if acceptance_weighted else None)
+      for states, labels, soft, group_first in groups))]
 
 
 def decoder_only_sequence(source: jax.Array, target: jax.Array,
@@ -393,12 +405,15 @@ def base_targets(base_logits: jax.Array, first: int,
 
 
 def _head_sums(model, states: jax.Array, labels: jax.Array,
-               soft: jax.Array | None = None, *, label_smoothing: float):
+               soft: jax.Array | None = None, *, label_smoothing: float,
+               reach_first: int | None = None):
   """Per-head sums over the batch of the loss, correct argmaxes and label
   tokens, each [heads], from states [batch, n, heads, d_model] and labels
   [batch, n, heads]; with `soft` ([batch, n, heads, vocab], `base_targets`
   of the same heads) the heads after head 1 learn those distributions
-  (cross-entropy, no smoothing) and `correct` still counts the labels."""
+  (cross-entropy, no smoothing) and `correct` still counts the labels.
+  With `reach_first` (the 0-based index of the first of these heads) each
+  loss is weighed by its `reach_weights`."""
   logits = model.logits(states)  # [batch, n, heads, vocab]
   mask = (labels != model.config.pad_id).astype(jnp.float32)
   if model.config.mixture is None:
@@ -410,9 +425,48 @@ def _head_sums(model, states: jax.Array, labels: jax.Array,
     soft_losses = -(soft * log_probs).sum(-1)
     # Head 1's column is zeros (`base_targets`): it keeps the data.
     losses = jnp.where(soft.sum(-1) > 0, soft_losses, losses)
+  if reach_first is not None:
+    right = labels if soft is None else jnp.where(
+        soft.sum(-1) > 0, jnp.argmax(soft, -1), labels)
+    right = jnp.maximum(right, 0)  # Padding (-1) is masked below.
+    if model.config.mixture is None:
+      right_log_probs = jnp.take_along_axis(
+          jax.nn.log_softmax(logits.astype(jnp.float32), -1),
+          right[..., None], -1)[..., 0]
+    else:
+      right_log_probs = model.label_log_probs(states, right)
+    losses = losses * reach_weights(right_log_probs, reach_first)
   losses = losses * mask
   correct = (jnp.argmax(logits, -1) == labels) * mask
   return losses.sum((0, 1)), correct.sum((0, 1)), mask.sum((0, 1))
+
+
+def reach_weights(right_log_probs: jax.Array, first: int) -> jax.Array:
+  """[batch, n, heads] the drafter's probability (no gradient) that a
+  draft at a position reaches each head: that heads first .. before it
+  were all right there.
+
+  Args:
+    right_log_probs: [batch, n, heads] log q_i(y_i), the drafter's
+      log-probability of the token verification accepts at head i (the
+      base's: its argmax where the heads learn the base, else the label).
+    first: 0-based index of the first head; head 1 (index 0) is the
+      base's own token, always accepted.
+
+  Returns:
+    prod_{j < i} q_j(y_j) over the heads before head i (1 for the first):
+    the probability that a draft sampled from q is accepted up to head i,
+    a smooth stand-in for the greedy draft's (accepted up to its first
+    miss). Weighing head i's loss by it spends the loss where
+    verification looks, and past a likely miss less.
+  """
+  right = jnp.exp(right_log_probs.astype(jnp.float32))
+  if first == 0:
+    right = right.at[..., 0].set(1.0)
+  before = jnp.cumprod(right, axis=-1)
+  reach = jnp.concatenate([jnp.ones_like(before[..., :1]),
+                           before[..., :-1]], -1)
+  return jax.lax.stop_gradient(reach)
 
 
 def _within_blocks(labels: jax.Array, first: int,

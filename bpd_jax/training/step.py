@@ -116,7 +116,8 @@ def make_train_step(graphdef, phase: phases_lib.Phase, tx, train_config,
           head_targets=train_config.head_targets,
           draft_inputs=train_config.draft_inputs,
           scheduled_sampling=train_config.scheduled_sampling,
-          loss_decay=train_config.head_loss_decay)
+          loss_decay=train_config.head_loss_decay,
+          acceptance_weighted=train_config.acceptance_weighted)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, state['opt_state'], params)
