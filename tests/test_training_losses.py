@@ -244,6 +244,18 @@ def test_sequential_heads_are_trained_on_the_true_previous_tokens():
   assert (metrics['tokens'][1:] > 0).all()
 
 
+def four_heads_teacher_forced(model, batch):
+  """Heads 1..4 on every position of the batch, fed the true tokens: labels
+  [batch, T, 4], logits [batch, T, 4, vocab] and the labels' mask."""
+  target = batch['target']
+  hidden = model(batch['source'],
+                 losses.shift_right(target, model.config.bos_id))
+  labels = losses.shifted_targets(target, 0, 4)
+  logits = model.head_logits(hidden, 0, 4,
+                             losses.shifted_targets(target, 0, 3))
+  return labels, logits, np.asarray(labels != 0)
+
+
 @pytest.mark.parametrize('head_layer', ['independent', 'joint', 'sequential'])
 def test_sampled_positions_train_the_later_heads_on_their_sample(head_layer):
   """Head 1 keeps every position; heads 2.. are trained on the sampled
@@ -259,11 +271,7 @@ def test_sampled_positions_train_the_later_heads_on_their_sample(head_layer):
       dropout_key=None, head_key=key, head1_weight=0.4,
       position_fraction=0.4)
   target = batch['target']
-  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
-  labels = losses.shifted_targets(target, 0, 4)
-  logits = model.head_logits(hidden, 0, 4, losses.shifted_targets(target, 0,
-                                                                   3))
-  mask = np.asarray(labels != 0)
+  labels, logits, mask = four_heads_teacher_forced(model, batch)
   token = np.asarray(cross_entropy(logits, labels, 0.1)) * mask
   rows = np.asarray(losses.sampled_positions(key, target, 0.4, 0))
   assert rows.shape == (2, 2)  # ceil(0.4 * 5) positions a row.
@@ -314,11 +322,7 @@ def test_acceptance_weighting_weighs_each_head_by_its_reach(fraction):
   value, _ = heads_loss(model, batch, acceptance_weighted=True, **options)
   plain, _ = heads_loss(model, batch, **options)
   target = batch['target']
-  hidden = model(batch['source'], losses.shift_right(target, config.bos_id))
-  labels = losses.shifted_targets(target, 0, 4)
-  logits = model.head_logits(hidden, 0, 4, losses.shifted_targets(target, 0,
-                                                                   3))
-  mask = np.asarray(labels != 0)
+  labels, logits, mask = four_heads_teacher_forced(model, batch)
   probs = np.asarray(jax.nn.softmax(logits, -1))
   right = np.take_along_axis(probs, np.asarray(labels)[..., None], -1)[..., 0]
   right[..., 0] = 1.0
