@@ -305,7 +305,10 @@ def test_reach_weights_multiply_the_heads_before_without_gradient():
   np.testing.assert_array_equal(gradient, 0.0)
 
 
-@pytest.mark.parametrize('fraction', [1.0, 0.4])
+# The block drafter's path (sampled positions) by default; every position
+# slow (the same weights, `_every_position_sums`' call).
+@pytest.mark.parametrize('fraction', [
+    pytest.param(1.0, marks=pytest.mark.slow), 0.4])
 def test_acceptance_weighting_weighs_each_head_by_its_reach(fraction):
   """Head i's loss at a position is weighed by the product of the
   probabilities the heads before it (head 1 excepted) gave the labels
