@@ -429,10 +429,8 @@ def _head_sums(model, states: jax.Array, labels: jax.Array,
     right = labels if soft is None else jnp.where(
         soft.sum(-1) > 0, jnp.argmax(soft, -1), labels)
     right = jnp.maximum(right, 0)  # Padding (-1) is masked below.
-    if model.config.mixture is None:
-      right_log_probs = jnp.take_along_axis(
-          jax.nn.log_softmax(logits.astype(jnp.float32), -1),
-          right[..., None], -1)[..., 0]
+    if model.config.mixture is None:  # No [.., vocab] log-softmax built.
+      right_log_probs = -token_losses(logits, right, 0.0)
     else:
       right_log_probs = model.label_log_probs(states, right)
     losses = losses * reach_weights(right_log_probs, reach_first)
