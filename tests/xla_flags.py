@@ -1,13 +1,11 @@
 """XLA flags of the test processes: compile fast rather than run fast.
 
 The tests' models are tiny: compiling their thousands of programs costs more
-than running them. Unoptimised machine code compiles ~30% faster (measured
-on the generate tests), and XLA's elemental emitters, rather than its newer
-fusion emitters, another ~15% (the exact-decoding property test: 33-34
-against 39-41 s). Each program's code is emitted in one piece and its
-thunks scheduled in program order: the suite's workers already keep
-every core busy, so splitting one compile over threads only adds work
-(~9% on the head-layer and chi-square tests, interleaved runs).
+than running them. So: unoptimised machine code; XLA's elemental emitters,
+which compile faster than its newer fusion emitters; each program's code
+emitted in one piece and its thunks scheduled in program order, since the
+suite's workers already keep every core busy and splitting one compile
+over threads only adds work.
 What a test compares (blockwise against greedy, sharded against unsharded)
 runs under the same flags. The flags exist in the jax versions
 requirements.txt allows; XLA stops at start-up on one it does not know.
