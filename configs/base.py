@@ -68,6 +68,9 @@ def get_config():
   # DFlash); ().
   model.draft_feature_layers = ()
   model.block_layers = 1  # The block drafter's layers (1 to 64).
+  # The corrected block drafter's correction also reads the corrected state
+  # of the position before (a recurrence through the block).
+  model.correction_recurrent = False
   # The output: a softmax over the vocabulary (0), or a discretized logistic
   # mixture of this many components over an image task's ordered values
   # (models/mixture.py), whose lowest value has id mixture_first_id.
@@ -232,9 +235,14 @@ def drafts_config(num_examples: int, lm_steps: int):
   return dr
 
 
-def drafter(config, heads: str, features: str = '', block_layers: int = 1):
+CORRECTIONS = ('token', 'recurrent')
+
+
+def drafter(config, heads: str, features: str = '', block_layers: int = 1,
+            correction: str = 'token'):
   """The model and train fields of a drafter option, as an experiment
-  config's `heads=`, `features=` and `block_layers=` set them.
+  config's `heads=`, `features=`, `block_layers=` and `correction=` set
+  them.
 
   Args:
     config: the config, its model section's num_decoder_layers and
@@ -246,7 +254,17 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1):
       one halfway up (DFlash reads the base from shallow to deep); 'top'
       the top alone.
     block_layers: the block drafter's layers.
+    correction: the corrected block drafter's correction reads the
+      proposal before each head ('token') or that and the corrected state
+      before it ('recurrent').
   """
+  if correction not in CORRECTIONS:
+    raise ValueError(f'config option correction={correction!r} is not one '
+                     f'of {CORRECTIONS}.')
+  if correction != 'token' and heads != 'block_corrected':
+    raise ValueError(f'config option correction={correction!r} is the '
+                     f'corrected block drafter\'s: give heads=block_corrected '
+                     f'(heads={heads!r}).')
   model, train = config.model, config.train
   model.head_layer = heads  # See get_config().
   below_top = model.num_decoder_layers - 1
@@ -258,6 +276,7 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1):
     layers = tuple(sorted({0, (below_top - 1) // 2} & set(range(below_top))))
   model.draft_feature_layers = layers  # See get_config().
   model.block_layers = block_layers  # See get_config().
+  model.correction_recurrent = correction == 'recurrent'  # See get_config().
   if heads in ('block', 'block_corrected'):
     # A block at half of each row's positions, its heads weighing less
     # with their distance (a draft is accepted up to its first miss;

@@ -56,6 +56,10 @@ Options (`--config=configs/hf_heads.py:model=DIR,heads=independent`):
                     block drafter's default layer 0 and the middle one;
                     'top' the top only; EAGLE-3, DFlash)
     block_layers=L  the block drafter's layers (default 1)
+    correction=recurrent
+                    the corrected block drafter's correction also reads
+                    the corrected state before each head, not only its
+                    proposal (default token)
     targets=base    what heads 2..k learn: base (default: the model's own
                     distribution at each position, what exact verification
                     accepts) or data (the text's next tokens)
@@ -86,7 +90,8 @@ DTYPES = ('', 'float32', 'bfloat16')
 def get_config(arg=None):
   options = config_options.parse(arg, model='', data='', ext='',
                                  heads='sequential', k=8, steps=2000,
-                                 features='', block_layers=1, targets='base',
+                                 features='', block_layers=1,
+                                 correction='token', targets='base',
                                  inputs='data', distilled='', dtype='')
   config_options.check_choice(options, 'heads', drafters.NAMES)
   config_options.check_choice(options, 'dtype', DTYPES)
@@ -121,7 +126,7 @@ def get_config(arg=None):
   # The drafter, the lower layers it reads, a block drafter's layers
   # (configs/base.py).
   base.drafter(config, options['heads'], options['features'],
-               options['block_layers'])
+               options['block_layers'], options['correction'])
 
   train = config.train
   train.batch_size = 8  # Examples a step.

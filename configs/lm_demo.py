@@ -38,6 +38,10 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
                      these lower layers' outputs (EAGLE-3, DFlash; the
                      block drafter's default: layer 0, 'top': none)
     block_layers=L   the block drafter's layers (default 1)
+    correction=recurrent
+                     the corrected block drafter's correction also reads
+                     the corrected state before each head, not only its
+                     proposal (default token)
     targets=base     heads 2..k learn the base's own distribution at each
                      position, what exact verification accepts (default
                      data)
@@ -79,8 +83,8 @@ def get_config(arg=None):
                                  root='', init_from='', distilled='',
                                  base='finetuned',
                                  with_heads=False, features='',
-                                 block_layers=1, targets='data',
-                                 inputs='data', prompt=32)
+                                 block_layers=1, correction='token',
+                                 targets='data', inputs='data', prompt=32)
   config_options.check_choice(options, 'base', BASES)
   frozen = options['base'] == 'frozen'
   for option, given in (('base=frozen', frozen),
@@ -136,7 +140,7 @@ def get_config(arg=None):
   # The drafter (default sequential: heads read the last proposal), the
   # lower layers it reads, a block drafter's layers (configs/base.py).
   base.drafter(config, options['heads'], options['features'],
-               options['block_layers'])
+               options['block_layers'], options['correction'])
 
   train = config.train
   train.batch_size = max(1, 2_048 // example_len)  # Examples a step (16 of 128 tokens).

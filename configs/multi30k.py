@@ -22,14 +22,23 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
                      too, not new ones (a drafter trained on the frozen
                      base, then fine-tuned with it: base=finetuned)
     heads=TYPE       the head layer: independent (default), joint,
-                     sequential (heads that read the previous head's token)
-                     or autoregressive (a draft layer with its own cache)
-    source=SOURCE    the autoregressive draft layer attends to the source:
-                     none (default), base (through the base's top
-                     decoder layer's source keys and values) or own (its
-                     own projection of the encoder output)
-    features=I+J     the draft layer also reads these lower decoder layers'
-                     outputs (0-based; '' the top only)
+                     sequential (heads that read the previous head's
+                     token), autoregressive (a draft layer with its own
+                     cache), block (the whole draft in one pass, DFlash's)
+                     or block_corrected (that, then a small step a head)
+    source=SOURCE    the draft layer or the block drafter attends to the
+                     source: none (default), base (through the base's top
+                     decoder layer's source keys and values) or own (the
+                     draft layer's own projection of the encoder output)
+    features=I+J     the draft layer or the block drafter also reads these
+                     lower decoder layers' outputs (0-based; '' the top
+                     only, the block drafter's default layer 0; 'top' the
+                     top only)
+    block_layers=L   the block drafter's layers (default 1)
+    correction=recurrent
+                     the corrected block drafter's correction also reads
+                     the corrected state before each head, not only its
+                     proposal (default token)
     targets=data     what heads 2..k learn: data (the references) or base
                      (the base's own distribution at each position, what
                      exact verification accepts)
@@ -72,8 +81,8 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
       base='frozen', heads='independent', distilled='', source='none',
-      features='', block_layers=1, targets='data', inputs='data',
-      with_heads=False)
+      features='', block_layers=1, correction='token', targets='data',
+      inputs='data', with_heads=False)
   quick, init_from = options['quick'], options['init_from']
   if options['with_heads'] and not init_from:
     raise ValueError('config option with_heads starts from a trained run\'s '
@@ -114,7 +123,7 @@ def get_config(arg=None):
   # The drafter, the lower layers it reads, a block drafter's layers
   # (configs/base.py).
   base.drafter(config, options['heads'], options['features'],
-               options['block_layers'])
+               options['block_layers'], options['correction'])
 
   train = config.train
   train.batch_size = 64  # Sentence pairs a step, over all devices.

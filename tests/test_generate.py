@@ -36,13 +36,15 @@ VOCAB = 7  # Small, so random heads are often right and EOS comes early.
 MAX_HEADS = 10
 HEAD_LAYERS = ('independent', 'joint', 'sequential',
                'autoregressive', 'block')  # Every head type.
-# Every drafter: the head types, the block drafter with its correction,
+# Every drafter: the head types, the block drafter with its correction
+# (reading the proposal before, or that and the corrected state before),
 # and the draft layer and the block drafter reading the source (through
 # the base's keys and values, or the draft layer's own) or a lower layer.
 DRAFTERS = HEAD_LAYERS + ('block_corrected', 'autoregressive:source=base',
                           'autoregressive:source=own',
                           'autoregressive:features=0',
-                          'block:source=base', 'block:features=0')
+                          'block:source=base', 'block:features=0',
+                          'block_corrected:recurrent')
 
 # Drafting vocabularies (`generate.Decoder(draft_vocab=...)`): the whole
 # vocabulary, or any non-empty subset of its ids.
@@ -57,6 +59,8 @@ def drafter_fields(drafter: str, encoder_layers: int) -> dict:
   fields = dict(head_layer=head_layer)
   if option == 'features=0':
     fields['draft_feature_layers'] = (0,)
+  elif option == 'recurrent':
+    fields['correction_recurrent'] = True
   elif option and encoder_layers:
     fields['draft_source'] = option.partition('=')[2]
   return fields
@@ -487,6 +491,7 @@ def test_approximate_criteria_run_and_accept_more():
     pytest.param(8, 'autoregressive:features=0', 0, 'paper',  # Decoder-only,
                  marks=pytest.mark.slow),  # a lower layer (property-drawn).
     (4, 'block_corrected', 0, 'paper'),
+    (4, 'block_corrected:recurrent', 2, 'paper'),
     (3, 'sequential', 2, 'paper'), (3, 'autoregressive', 2, 'paper'),
     # The draft layer's own source: by default on split parameters
     # (tests/test_generate_sharded.py).

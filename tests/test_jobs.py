@@ -269,4 +269,4 @@ def test_override_errors_name_the_section_and_close_names():
       'section.')
   assert message('--config.model.zzz=3').startswith(
       "--config.model.zzz: section model has no field 'zzz'; its fields: "
-      'block_layers, d_ff, d_model,')
+      'block_layers, correction_recurrent, d_ff,')

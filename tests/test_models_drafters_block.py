@@ -175,3 +175,46 @@ def test_decoding_writes_the_context_of_every_scored_position():
   np.testing.assert_allclose(entries.key[:, :6], expected.key, rtol=1e-5,
                              atol=1e-6)
   assert not np.asarray(entries.key[:, 6:]).any()
+
+
+@pytest.mark.parametrize('recurrent', [False, True])
+def test_a_corrected_draft_is_the_training_correction_on_its_tokens(
+    recurrent):
+  """Drafted head after head through the cache, the corrected block
+  drafter's heads equal the training-time heads fed the draft's own
+  tokens; a recurrent correction's heads also read the corrected state
+  before them (zeroing its weights on that state changes heads 3..k, not
+  head 2, which reads none)."""
+  model = block_model(num_encoder_layers=0, head_layer='block_corrected',
+                      correction_recurrent=recurrent)
+  correction = model.heads.correction
+  # Made as the identity (zero output weights): given weights, it acts.
+  correction.w_out[...] = jax.random.normal(
+      jax.random.key(1), correction.w_out[...].shape)
+  _, inputs = sequences(model)
+  outputs = model.run(None, inputs)
+  vocab, k, start, last = model.config.vocab_size, 5, 0, 3
+
+  def choose(index, logits):  # Not the argmax: the draft must follow it.
+    return (jnp.argmax(logits, -1) + index + 1) % vocab
+
+  def draft(model):
+    window = slice(start, start + 5)
+    return model.draft(model.init_cache(3, 16), outputs.features[:, window],
+                       inputs[:, start + 1:start + 6], jnp.full((3,), start),
+                       jnp.full((3,), last), choose, k)
+
+  proposals, logits, _ = draft(model)
+  anchor = start + last
+  next_tokens = np.array(jnp.stack([jnp.roll(inputs, -1, axis=1)] * (k - 1),
+                                   axis=-1))
+  next_tokens[:, anchor, 1:] = np.asarray(proposals[:, :k - 2])
+  expected = model.head_logits(outputs, 1, k - 1, jnp.asarray(next_tokens))
+  np.testing.assert_allclose(logits, expected[:, anchor], rtol=1e-4,
+                             atol=1e-4)
+  assert correction.w_in[...].shape[0] == (3 if recurrent else 2) * 16
+  if recurrent:
+    correction.w_in[...] = correction.w_in[...].at[32:].set(0.0)
+    _, without, _ = draft(model)
+    np.testing.assert_allclose(without[:, 0], logits[:, 0], rtol=1e-5)
+    assert not np.allclose(without[:, 1:], logits[:, 1:], atol=1e-3)

@@ -53,6 +53,10 @@ def test_default_is_the_frozen_independent_run():
     ('beam=4', "unknown config option 'beam'"),
     ('with_heads', "with_heads starts from a trained run's heads: give "
      'init_from'),
+    ('heads=block_corrected,correction=chain',
+     r"correction='chain' is not one of \('token', 'recurrent'\)"),
+    ('heads=block,correction=recurrent', "correction='recurrent' is the "
+     "corrected block drafter's: give heads=block_corrected"),
 ])
 def test_bad_options(arg, message):
   with pytest.raises(ValueError, match=message):
@@ -67,6 +71,11 @@ def test_drafter_options_reach_the_model_and_the_loss():
   assert config.model.draft_feature_layers == (0,)
   assert (config.train.head_targets, config.train.draft_inputs) == ('base',
                                                                     'own')
+  recurrent = load_config('multi30k', 'init_from=/runs/base,source=base,'
+                          'heads=block_corrected,correction=recurrent')
+  config_checks.check(recurrent)
+  assert recurrent.model.correction_recurrent
+  assert not config.model.correction_recurrent
   # The source and the lower layers are the draft layer's; own drafts are
   # read only by heads that read drafts.
   for arg, message in (('heads=sequential,source=own', "draft_source='own': "

@@ -36,7 +36,8 @@ def tiny_model(head_layer, seed=0, **overrides):
   """A random encoder-decoder over 8 tokens: its outputs spread over ~200
   sequences of 3 tokens, and its random heads' q differ from p.
   head_layer: a head layer, 'autoregressive:source=S' (the draft layer
-  or the block drafter reading the source), or 'H@llama': heads H on a
+  or the block drafter reading the source), 'block_corrected:recurrent'
+  (its correction reading the corrected state before), or 'H@llama': heads H on a
   decoder-only model of
   the Llama family's pieces (tests/llama_like.py), sampled after PROMPT.
   overrides: further TransformerConfig fields. A random block drafter's
@@ -46,7 +47,10 @@ def tiny_model(head_layer, seed=0, **overrides):
   a fifth of its random weights left is enough for it to propose other
   tokens)."""
   head_layer, llama, _ = head_layer.partition('@llama')
-  head_layer, _, source = head_layer.partition(':source=')
+  head_layer, _, option = head_layer.partition(':')
+  source = option.partition('source=')[2]
+  if option == 'recurrent':
+    overrides = dict(overrides, correction_recurrent=True)
   fields = dict(num_heads=2, num_encoder_layers=1)
   if llama:
     fields = dict(num_encoder_layers=0, **llama_like.LLAMA)
@@ -519,6 +523,7 @@ TREES = {'2': (2,), '3,2': (3, 2), '2,1,2': (2, 1, 2)}
     pytest.param(4, 'sequential', '2,1,2', 'draw', marks=pytest.mark.slow),
     pytest.param(3, 'block_corrected', '3,2', 'draw',
                  marks=pytest.mark.slow),
+    (3, 'block_corrected:recurrent', '3,2', 'draw'),
     pytest.param(3, 'joint', '2', 'draw', marks=pytest.mark.slow)])
 def test_samples_over_a_tree_have_the_base_models_distribution(
     k, head_layer, widths, proposals):

@@ -306,6 +306,9 @@ def test_paper_sizes():
     ('block_layers', 0, 'block_layers=0 must be an integer >= 1'),
     ('block_layers', 1_000_000, r'block_layers=1000000 must be at most 64: '
      r'a drafter is a few layers'),
+    ('correction_recurrent', True, "correction_recurrent=True is the "
+     "corrected block drafter's correction; head_layer='independent'"),
+    ('correction_recurrent', 1, 'correction_recurrent=1 must be'),
     ('norm', 'batch', r"norm='batch' is not one of \('layer', 'rms'\)"),
     ('feed_forward', 'glu', r"feed_forward='glu' is not one of "
      r"\('plain', 'gated'\)"),

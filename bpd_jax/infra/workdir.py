@@ -88,6 +88,7 @@ ADDED_FIELDS = {
     # The draft layer read the top only ([]: as config.json writes a tuple).
     'model.draft_feature_layers': [],
     'model.block_layers': 1,  # No block drafter: its default.
+    'model.correction_recurrent': False,  # The correction read a token.
     'train.head_loss_decay': 0.0,  # The heads weighed the same.
     'train.acceptance_weighted': False,  # No weighing by reach.
     'train.read_unverified': False,  # Unverifiable steps were refused.

@@ -145,8 +145,8 @@ def restore(config, workdir: str, vocab_size: int,
 # the base, which an imported checkpoint fixes.
 RUN_FIELDS = ('num_proposal_heads', 'head_layer', 'head_hidden',
               'head1_from_base', 'draft_source', 'draft_feature_layers',
-              'block_layers', 'dropout_rate', 'dtype', 'param_dtype',
-              'max_source_len')
+              'block_layers', 'correction_recurrent', 'dropout_rate',
+              'dtype', 'param_dtype', 'max_source_len')
 ARCHITECTURE = tuple(field.name for field in dataclasses.fields(
     TransformerConfig) if field.name not in RUN_FIELDS)
 

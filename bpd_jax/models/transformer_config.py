@@ -57,7 +57,8 @@ FIELDS = {
     'local_attention_block': schema.integer(
         0, hint='(0: causal attention over every position)'),
     'local_attention_memory': schema.integer(0),
-    **{name: schema.flag() for name in ('qkv_bias', 'out_bias', 'ffn_bias')},
+    **{name: schema.flag() for name in ('qkv_bias', 'out_bias', 'ffn_bias',
+                                              'correction_recurrent')},
     'dropout_rate': schema.number(0, 1, open_high=True),
     'layer_norm_epsilon': schema.number(0, open_low=True),
     'rope_theta': schema.number(0, open_low=True),
@@ -144,6 +145,9 @@ class TransformerConfig:
       whose outputs the draft layer or the block drafter reads beside the
       top output (after EAGLE-3 and DFlash); () for the top alone.
     block_layers: the block drafter's layers.
+    correction_recurrent: the corrected block drafter's correction also
+      reads the corrected state of the position before (a recurrence
+      through the block), not only its proposal.
     local_attention_block: 0 for causal attention over every earlier decoder
       position; > 0 for local 1D attention: decoder positions are cut into
       query blocks of this length (see attention.LocalWindow).
@@ -196,6 +200,7 @@ class TransformerConfig:
   draft_source: str = 'none'
   draft_feature_layers: tuple[int, ...] = ()
   block_layers: int = 1
+  correction_recurrent: bool = False
   local_attention_block: int = 0
   local_attention_memory: int = 0
   image: positions_lib.ImagePositions | None = None
@@ -265,6 +270,10 @@ class TransformerConfig:
     check(self.block_layers <= MAX_BLOCK_LAYERS,
           f'block_layers={self.block_layers} must be at most '
           f'{MAX_BLOCK_LAYERS}: a drafter is a few layers.')
+    check(not self.correction_recurrent
+          or self.head_layer == 'block_corrected',
+          f'correction_recurrent=True is the corrected block drafter\'s '
+          f'correction; head_layer={self.head_layer!r}.')
     layers = self.draft_feature_layers
     check(isinstance(layers, (tuple, list)) and all(
         numeric.is_integer(i) for i in layers)

@@ -233,9 +233,17 @@ class CorrectedBlockDrafter(BlockDrafter):
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     super().__init__(config, rngs=rngs)
+    self.recurrent = config.correction_recurrent
     self.correction = Correction(config.d_model,
                                  config.head_hidden or config.d_ff,
-                                 jnp.dtype(config.param_dtype), rngs)
+                                 jnp.dtype(config.param_dtype), rngs,
+                                 carries_state=self.recurrent)
+
+  def _correct(self, state, previous, carried):
+    """One correction step; `carried` (the corrected state before, zeros
+    at the first step) is read only by a recurrent correction."""
+    return self.correction(state, previous,
+                           carried if self.recurrent else None)
 
   def states(self, view, first, count, rows=None):
     states = super().states(view, 0, first + count, rows)
@@ -249,18 +257,22 @@ class CorrectedBlockDrafter(BlockDrafter):
                                  rows[..., None], axis=1)
     previous = view.embed(tokens)  # [b, n, needed, d]: x_0 .. x_{j-1}.
     corrected = [states[:, :, 0]]
+    carried = jnp.zeros_like(states[:, :, 0])
     for index in range(needed):
       token = (previous[:, :, index] if view.feed is None or index == 0
                else view.feed(index, corrected[-1]))
-      corrected.append(self.correction(states[:, :, index + 1], token))
+      corrected.append(self._correct(states[:, :, index + 1], token,
+                                     carried))
+      carried = corrected[-1]
     return jnp.stack(corrected, axis=2)[:, :, first:]
 
   def draft_tokens(self, view, choose, k):
     states, cache = self.proposal_states(view, k)
     previous = ops.take_at(view.next_tokens, view.last)
     proposals, logits = [], []
+    state = jnp.zeros_like(states[:, 0])
     for index in range(k - 1):
-      state = self.correction(states[:, index], view.embed(previous))
+      state = self._correct(states[:, index], view.embed(previous), state)
       logits.append(view.project(state))
       previous = choose(index, logits[-1])
       proposals.append(previous)
@@ -271,11 +283,15 @@ class CorrectedBlockDrafter(BlockDrafter):
     # token through the correction.
     states, cache = self.proposal_states(view, depth + 1)
     tokens = ops.take_at(view.next_tokens, view.last)[:, None]
+    carried = jnp.zeros_like(states[:, :1])  # [batch, W, d_model]
     for level in range(depth):
       embeds = view.embed(tokens)  # [batch, W, d_model]
-      corrected = self.correction(
-          jnp.broadcast_to(states[:, level, None], embeds.shape), embeds)
-      tokens, _ = grow(level, view.project(corrected))
+      corrected = self._correct(
+          jnp.broadcast_to(states[:, level, None], embeds.shape), embeds,
+          carried)
+      tokens, parents = grow(level, view.project(corrected))
+      # A child carries the corrected state that drafted it: its parent's.
+      carried = jnp.take_along_axis(corrected, parents[..., None], axis=1)
     return cache
 
 
@@ -284,17 +300,22 @@ class Correction(nnx.Module):
   before it (w_in [2 * d_model, hidden], w_out [hidden, d_model])."""
 
   def __init__(self, d_model: int, hidden: int, param_dtype,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, carries_state: bool = False):
     init = nnx.initializers.lecun_normal()
-    self.w_in = nnx.Param(init(rngs.params(), (2 * d_model, hidden),
+    inputs = (3 if carries_state else 2) * d_model
+    self.w_in = nnx.Param(init(rngs.params(), (inputs, hidden),
                                param_dtype))
     self.b_in = nnx.Param(jnp.zeros((hidden,), param_dtype))
     # Zero: the correction starts as the block drafter's own states.
     self.w_out = nnx.Param(jnp.zeros((hidden, d_model), param_dtype))
     self.b_out = nnx.Param(jnp.zeros((d_model,), param_dtype))
 
-  def __call__(self, state: jax.Array, previous: jax.Array) -> jax.Array:
-    x = jnp.concatenate([state, previous.astype(state.dtype)], axis=-1)
+  def __call__(self, state: jax.Array, previous: jax.Array,
+               carried: jax.Array | None = None) -> jax.Array:
+    parts = [state, previous.astype(state.dtype)]
+    if carried is not None:
+      parts.append(carried.astype(state.dtype))
+    x = jnp.concatenate(parts, axis=-1)
     hidden = jax.nn.relu(x @ self.w_in[...].astype(state.dtype)
                          + self.b_in[...].astype(state.dtype))
     return state + (hidden @ self.w_out[...].astype(state.dtype)
