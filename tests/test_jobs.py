@@ -221,7 +221,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, default):
      "of ('independent', 'joint', 'sequential', 'autoregressive', "
      "'block', 'block_corrected')."),
     ('configs/multi30k.py:k=abc', "unknown config option 'k'; options: base, "
-     'block_layers, data_dir,'),
+     'block_layers, correction, data_dir,'),
     ('configs/hf_heads.py:k=abc', "config option k='abc' is not of type "
      'int.'),
     ('configs/celeba_sr.py:k=0', 'config option k=0 must be >= 1.'),
