@@ -17,7 +17,11 @@ base weights (one seed); every (drafter, k) is measured once a round,
 the drafters' order rotated each round, over --rounds rounds, and its
 fastest round kept: the machine's drifts fall on every drafter alike.
 T(1), greedy's call, is one program whatever the drafter: every row's is
-the fastest of all of them. --draft_vocab_size=N drafts among N ids (a
+the fastest of all of them. The row 'verification' (in --drafters by
+default) is the call without a draft, the base scoring k positions and
+head 1 at all of them: no drafter's call costs less, so tokens per call
+over its T(k)/T(1) bound any drafter's speedup at that k.
+--draft_vocab_size=N drafts among N ids (a
 drafting vocabulary, `generate.Decoder`'s draft_vocab: the proposals'
 projection reads N rows of the vocabulary, not all).
 
@@ -70,6 +74,9 @@ SHAPES = {
                  head_hidden=32),
 }
 DRAFTERS = ('independent', 'autoregressive', 'block', 'block_corrected')
+# Not a drafter: a call without its draft (the base scoring k positions and
+# head 1 at all of them), the floor of every drafter's T(k).
+VERIFICATION = 'verification'
 
 
 def config_of(shape: str, drafter: str, k: int, prompt_len: int,
@@ -115,9 +122,12 @@ def measure(shape: str, names, ks, rounds: int, prompt_len: int,
   for round_ in range(rounds):
     shift = round_ % len(names)
     for drafter in names[shift:] + names[:shift]:
-      model = Transformer(config_of(shape, drafter, max(ks), prompt_len,
-                                    max_len), rngs=nnx.Rngs(0))
-      costs = step_costs.measure_all(model, ks, draft_ids, batch_size=1,
+      verification = drafter == VERIFICATION
+      model = Transformer(config_of(
+          shape, 'independent' if verification else drafter, max(ks),
+          prompt_len, max_len), rngs=nnx.Rngs(0))
+      costs = step_costs.measure_all(model, ks, draft_ids,
+                                     draft=not verification, batch_size=1,
                                      source_len=prompt_len, max_len=max_len,
                                      repeats=1)
       for k, seconds in costs.items():
@@ -145,8 +155,9 @@ def _define_flags():
   scripts': a test imports several of them into one process)."""
   flags.DEFINE_list('shapes', ['code_lm', 'multi30k'],
                     f'Shapes to measure, of {sorted(SHAPES)}.')
-  flags.DEFINE_list('drafters', list(DRAFTERS),
-                    'Drafters (model.head_layer names).')
+  flags.DEFINE_list('drafters', [*DRAFTERS, VERIFICATION],
+                    f'Drafters (model.head_layer names), and '
+                    f'{VERIFICATION!r}: the call without a draft.')
   flags.DEFINE_list('ks', ['1', '2', '4', '8'],
                     'Block sizes; 1 (greedy) is always measured.')
   flags.DEFINE_integer('rounds', 2, 'Interleaved rounds.')
@@ -167,9 +178,10 @@ def main(argv):
   unknown = sorted(set(options.shapes) - set(SHAPES))
   if unknown:
     raise app.UsageError(f'--shapes: {unknown} not of {sorted(SHAPES)}.')
-  unknown = sorted(set(options.drafters) - set(drafters.NAMES))
+  known = (*drafters.NAMES, VERIFICATION)
+  unknown = sorted(set(options.drafters) - set(known))
   if unknown:
-    raise app.UsageError(f'--drafters: {unknown} not of {drafters.NAMES}.')
+    raise app.UsageError(f'--drafters: {unknown} not of {known}.')
   if not all(k.isdigit() and int(k) >= 1 for k in options.ks):
     raise app.UsageError(f'--ks={",".join(options.ks)}: block sizes are '
                          'integers >= 1.')

@@ -56,3 +56,23 @@ def test_a_drafting_vocabulary_is_timed_in_the_call():
   assert set(costs) == {3} and costs[3] > 0
   # Its own program: the drafts' projection has another shape.
   assert step_costs._chained_calls._cache_size() == compiled + 1
+
+
+def test_the_verification_alone_runs_no_draft(monkeypatch):
+  """draft=False times the base over k positions and head 1 only: with
+  every way to draft broken, it still measures; the full call does not."""
+  model = Transformer(CONFIG.__class__(**{
+      **CONFIG.__dict__, 'head_layer': 'sequential'}), rngs=nnx.Rngs(0))
+
+  def broken(*args, **kwargs):
+    raise AssertionError('drafted')
+
+  for name in ('draft', 'proposal_logits'):
+    monkeypatch.setattr(Transformer, name, broken)
+  costs = step_costs.measure_all(model, [1, 3], draft=False, batch_size=2,
+                                 source_len=5, max_len=10, repeats=2)
+  assert set(costs) == {1, 3} and costs[3] > 0
+  with pytest.raises(AssertionError, match='drafted'):
+    # A shape no other test compiles: the call is traced, not reused.
+    step_costs.measure(model, batch_size=2, source_len=5, max_len=13, k=3,
+                       repeats=2)

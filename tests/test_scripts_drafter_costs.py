@@ -33,7 +33,7 @@ def test_every_shape_takes_every_drafter(shape):
 
 @pytest.mark.slow  # Compiles a decoding call per drafter and k.
 def test_measure_gives_a_ratio_per_drafter_and_k():
-  names = ['independent', 'block_corrected']
+  names = ['independent', 'block_corrected', drafter_costs.VERIFICATION]
   lines = []
   rows = drafter_costs.measure('tiny', names, [1, 2], rounds=2,
                                prompt_len=4, max_len=8, progress=lines.append)
@@ -44,7 +44,7 @@ def test_measure_gives_a_ratio_per_drafter_and_k():
     assert row['t1_ms'] > 0
     assert math.isfinite(row['T(2)/T(1)']) and row['T(2)/T(1)'] > 0
   # Every drafter once a round, the order rotated: round 2 starts second.
-  assert len(lines) == 4 and 'round 2: block_corrected' in lines[2]
+  assert len(lines) == 6 and 'round 2: block_corrected' in lines[3]
   # A drafting vocabulary: the same rows, proposals among 16 of 64 ids.
   rows = drafter_costs.measure('tiny', ['block'], [1, 2], rounds=1,
                                prompt_len=4, max_len=8,

@@ -29,13 +29,15 @@ from bpd_jax.decoding import options as options_lib
 from bpd_jax.infra import ops
 from bpd_jax.models import drafters
 
-@functools.partial(jax.jit, static_argnames=('k', 'positions'))
+@functools.partial(jax.jit, static_argnames=('k', 'positions', 'draft'))
 def _chained_calls(model, source, k: int, positions: int, calls,
-                   draft_ids=None):
+                   draft_ids=None, draft: bool = True):
   """Runs `calls` chained model calls of block size k; returns the last block.
 
   `calls` is traced, so one compilation serves both loop lengths;
-  `draft_ids` the drafting vocabulary (`generate.Decoder`; None: all).
+  `draft_ids` the drafting vocabulary (`generate.Decoder`; None: all);
+  `draft` False: the verification alone (the base over k positions and
+  head 1 at all of them), the floor of any drafter's call.
   """
   batch = source.shape[0]
   source = source if model.config.is_encoder_decoder else None
@@ -49,7 +51,7 @@ def _chained_calls(model, source, k: int, positions: int, calls,
     block, cache = state
     features, cache = model.extend(cache, block, start)
     scored = ops.argmax(model.next_token_logits(features, weights))
-    if k == 1:
+    if k == 1 or not draft:
       return scored, cache
     # The draft's work (a drafter's cache writes too) is part of a call's
     # cost; drafted after the block's first position, as after a
@@ -70,7 +72,8 @@ def _chained_calls(model, source, k: int, positions: int, calls,
 
 
 def measure(model, *, batch_size: int, source_len: int, max_len: int,
-            k: int, repeats: int = 5, draft_ids=None) -> float:
+            k: int, repeats: int = 5, draft_ids=None,
+            draft: bool = True) -> float:
   """Seconds of one model call of block size k (k = 1: greedy's call).
 
   Args:
@@ -83,6 +86,7 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
       are the machine's noise).
     draft_ids: the ids proposals are chosen from (`generate.Decoder`'s
       draft_vocab; None: all).
+    draft: False: the call without its draft (the verification alone).
 
   Returns:
     Seconds per call.
@@ -96,11 +100,14 @@ def measure(model, *, batch_size: int, source_len: int, max_len: int,
   return timing.per_iteration_seconds(
       lambda calls: jax.block_until_ready(
           _chained_calls(model, source, k, positions, np.int32(calls),
-                         draft_ids)),
+                         draft_ids, draft)),
       repeats)
 
 
-def measure_all(model, ks, draft_ids=None, **shape) -> dict[int, float]:
+def measure_all(model, ks, draft_ids=None, draft: bool = True,
+                **shape) -> dict[int, float]:
   """{k: seconds per call} for each k (1: greedy's call) at one shape,
-  drafting among `draft_ids` (None: all)."""
-  return {k: measure(model, k=k, draft_ids=draft_ids, **shape) for k in ks}
+  drafting among `draft_ids` (None: all); `draft` False: the
+  verification alone."""
+  return {k: measure(model, k=k, draft_ids=draft_ids, draft=draft, **shape)
+          for k in ks}
