@@ -222,9 +222,12 @@ class CorrectedBlockDrafter(BlockDrafter):
   semi-autoregressive head): block position j's state s_j, then
   c_j = s_j + FFN([s_j; e(x_{j-1})]), x_{j-1} the token chosen at the
   position before (head 1's at the first): one small step a head, so
-  that each proposal knows the one before it. One feed-forward layer
-  (`correction`, head_hidden units) serves every position; the block
-  pass stays one pass."""
+  that each proposal knows the one before it. Recurrent
+  (`correction_recurrent`), c_j = s_j + FFN([s_j; e(x_{j-1}); c_{j-1}])
+  (c_0 = 0): through the corrected state before, each head reads the
+  whole draft so far, as a draft layer's step does. One feed-forward
+  layer (`correction`, head_hidden units) serves every position; the
+  block pass stays one pass."""
   dependent = True
   tensor_rules = BlockDrafter.tensor_rules + (
       (r'correction/(w_in|b_in)', (..., T)),
@@ -280,7 +283,7 @@ class CorrectedBlockDrafter(BlockDrafter):
 
   def draft_tree(self, view, grow, depth):
     # The block's states come from one pass; a node's children read its
-    # token through the correction.
+    # token (and, recurrent, its corrected state) through the correction.
     states, cache = self.proposal_states(view, depth + 1)
     tokens = ops.take_at(view.next_tokens, view.last)[:, None]
     carried = jnp.zeros_like(states[:, :1])  # [batch, W, d_model]
@@ -296,8 +299,10 @@ class CorrectedBlockDrafter(BlockDrafter):
 
 
 class Correction(nnx.Module):
-  """s + FFN([s; e]): a state corrected by the embedding of the token
-  before it (w_in [2 * d_model, hidden], w_out [hidden, d_model])."""
+  """s + FFN([s; e]) or, carrying state, s + FFN([s; e; c]): a state
+  corrected by the embedding of the token before it and the corrected
+  state before it (w_in [2 or 3 * d_model, hidden], w_out [hidden,
+  d_model])."""
 
   def __init__(self, d_model: int, hidden: int, param_dtype,
                rngs: nnx.Rngs, carries_state: bool = False):
