@@ -258,9 +258,8 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1,
       proposal before each head ('token') or that and the corrected state
       before it ('recurrent').
   """
-  if correction not in CORRECTIONS:
-    raise ValueError(f'config option correction={correction!r} is not one '
-                     f'of {CORRECTIONS}.')
+  config_options.check_choice(dict(correction=correction), 'correction',
+                              CORRECTIONS)
   if correction != 'token' and heads != 'block_corrected':
     raise ValueError(f'config option correction={correction!r} is the '
                      f'corrected block drafter\'s: give heads=block_corrected '

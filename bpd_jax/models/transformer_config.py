@@ -58,7 +58,7 @@ FIELDS = {
         0, hint='(0: causal attention over every position)'),
     'local_attention_memory': schema.integer(0),
     **{name: schema.flag() for name in ('qkv_bias', 'out_bias', 'ffn_bias',
-                                              'correction_recurrent')},
+                                          'correction_recurrent')},
     'dropout_rate': schema.number(0, 1, open_high=True),
     'layer_norm_epsilon': schema.number(0, open_low=True),
     'rope_theta': schema.number(0, open_low=True),

@@ -236,17 +236,10 @@ class CorrectedBlockDrafter(BlockDrafter):
 
   def __init__(self, config, *, rngs: nnx.Rngs):
     super().__init__(config, rngs=rngs)
-    self.recurrent = config.correction_recurrent
     self.correction = Correction(config.d_model,
                                  config.head_hidden or config.d_ff,
                                  jnp.dtype(config.param_dtype), rngs,
-                                 carries_state=self.recurrent)
-
-  def _correct(self, state, previous, carried):
-    """One correction step; `carried` (the corrected state before, zeros
-    at the first step) is read only by a recurrent correction."""
-    return self.correction(state, previous,
-                           carried if self.recurrent else None)
+                                 carries_state=config.correction_recurrent)
 
   def states(self, view, first, count, rows=None):
     states = super().states(view, 0, first + count, rows)
@@ -264,7 +257,7 @@ class CorrectedBlockDrafter(BlockDrafter):
     for index in range(needed):
       token = (previous[:, :, index] if view.feed is None or index == 0
                else view.feed(index, corrected[-1]))
-      corrected.append(self._correct(states[:, :, index + 1], token,
+      corrected.append(self.correction(states[:, :, index + 1], token,
                                      carried))
       carried = corrected[-1]
     return jnp.stack(corrected, axis=2)[:, :, first:]
@@ -275,7 +268,7 @@ class CorrectedBlockDrafter(BlockDrafter):
     proposals, logits = [], []
     state = jnp.zeros_like(states[:, 0])
     for index in range(k - 1):
-      state = self._correct(states[:, index], view.embed(previous), state)
+      state = self.correction(states[:, index], view.embed(previous), state)
       logits.append(view.project(state))
       previous = choose(index, logits[-1])
       proposals.append(previous)
@@ -289,7 +282,7 @@ class CorrectedBlockDrafter(BlockDrafter):
     carried = jnp.zeros_like(states[:, :1])  # [batch, W, d_model]
     for level in range(depth):
       embeds = view.embed(tokens)  # [batch, W, d_model]
-      corrected = self._correct(
+      corrected = self.correction(
           jnp.broadcast_to(states[:, level, None], embeds.shape), embeds,
           carried)
       tokens, parents = grow(level, view.project(corrected))
@@ -307,6 +300,7 @@ class Correction(nnx.Module):
   def __init__(self, d_model: int, hidden: int, param_dtype,
                rngs: nnx.Rngs, carries_state: bool = False):
     init = nnx.initializers.lecun_normal()
+    self.carries_state = carries_state
     inputs = (3 if carries_state else 2) * d_model
     self.w_in = nnx.Param(init(rngs.params(), (inputs, hidden),
                                param_dtype))
@@ -316,9 +310,11 @@ class Correction(nnx.Module):
     self.b_out = nnx.Param(jnp.zeros((d_model,), param_dtype))
 
   def __call__(self, state: jax.Array, previous: jax.Array,
-               carried: jax.Array | None = None) -> jax.Array:
+               carried: jax.Array) -> jax.Array:
+    """`carried`: the corrected state before (zeros at the first step),
+    read only when carrying state."""
     parts = [state, previous.astype(state.dtype)]
-    if carried is not None:
+    if self.carries_state:
       parts.append(carried.astype(state.dtype))
     x = jnp.concatenate(parts, axis=-1)
     hidden = jax.nn.relu(x @ self.w_in[...].astype(state.dtype)
