@@ -258,7 +258,7 @@ class CorrectedBlockDrafter(BlockDrafter):
       token = (previous[:, :, index] if view.feed is None or index == 0
                else view.feed(index, corrected[-1]))
       corrected.append(self.correction(states[:, :, index + 1], token,
-                                     carried))
+                                       carried))
       carried = corrected[-1]
     return jnp.stack(corrected, axis=2)[:, :, first:]
 
