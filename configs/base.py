@@ -69,7 +69,8 @@ def get_config():
   model.draft_feature_layers = ()
   model.block_layers = 1  # The block drafter's layers (1 to 64).
   # The corrected block drafter's correction also reads the corrected state
-  # of the position before (a recurrence through the block).
+  # of the position before (a recurrence through the block); drafter()
+  # below sets it for heads=block_corrected unless correction=token.
   model.correction_recurrent = False
   # The output: a softmax over the vocabulary (0), or a discretized logistic
   # mixture of this many components over an image task's ordered values
@@ -239,7 +240,7 @@ CORRECTIONS = ('token', 'recurrent')
 
 
 def drafter(config, heads: str, features: str = '', block_layers: int = 1,
-            correction: str = 'token'):
+            correction: str = ''):
   """The model and train fields of a drafter option, as an experiment
   config's `heads=`, `features=`, `block_layers=` and `correction=` set
   them.
@@ -255,15 +256,17 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1,
       the top alone.
     block_layers: the block drafter's layers.
     correction: the corrected block drafter's correction reads the
-      proposal before each head ('token') or that and the corrected state
-      before it ('recurrent').
+      proposal before each head and the corrected state before it
+      ('recurrent') or the proposal alone ('token'); '' recurrent, which
+      drafts more tokens per call at the same call cost.
   """
-  config_options.check_choice(dict(correction=correction), 'correction',
-                              CORRECTIONS)
-  if correction != 'token' and heads != 'block_corrected':
-    raise ValueError(f'config option correction={correction!r} is the '
-                     f'corrected block drafter\'s: give heads=block_corrected '
-                     f'(heads={heads!r}).')
+  if correction:
+    config_options.check_choice(dict(correction=correction), 'correction',
+                                CORRECTIONS)
+    if heads != 'block_corrected':
+      raise ValueError(f'config option correction={correction!r} is the '
+                       f'corrected block drafter\'s: give '
+                       f'heads=block_corrected (heads={heads!r}).')
   model, train = config.model, config.train
   model.head_layer = heads  # See get_config().
   below_top = model.num_decoder_layers - 1
@@ -275,7 +278,8 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1,
     layers = tuple(sorted({0, (below_top - 1) // 2} & set(range(below_top))))
   model.draft_feature_layers = layers  # See get_config().
   model.block_layers = block_layers  # See get_config().
-  model.correction_recurrent = correction == 'recurrent'  # See get_config().
+  model.correction_recurrent = (heads == 'block_corrected'  # See get_config().
+                                and correction != 'token')
   if heads in ('block', 'block_corrected'):
     # A block at half of each row's positions, its heads weighing less
     # with their distance (a draft is accepted up to its first miss;

@@ -56,10 +56,11 @@ Options (`--config=configs/hf_heads.py:model=DIR,heads=independent`):
                     block drafter's default layer 0 and the middle one;
                     'top' the top only; EAGLE-3, DFlash)
     block_layers=L  the block drafter's layers (default 1)
-    correction=recurrent
-                    the corrected block drafter's correction also reads
-                    the corrected state before each head, not only its
-                    proposal (default token)
+    correction=token
+                    the corrected block drafter's correction reads only
+                    the proposal before each head, not also the corrected
+                    state before it (default recurrent: more tokens per
+                    call at the same cost)
     targets=base    what heads 2..k learn: base (default: the model's own
                     distribution at each position, what exact verification
                     accepts) or data (the text's next tokens)
@@ -91,7 +92,7 @@ def get_config(arg=None):
   options = config_options.parse(arg, model='', data='', ext='',
                                  heads='sequential', k=8, steps=2000,
                                  features='', block_layers=1,
-                                 correction='token', targets='base',
+                                 correction='', targets='base',
                                  inputs='data', distilled='', dtype='')
   config_options.check_choice(options, 'heads', drafters.NAMES)
   config_options.check_choice(options, 'dtype', DTYPES)

@@ -38,10 +38,11 @@ Options (`--config=configs/lm_demo.py:quick,heads=independent`):
                      these lower layers' outputs (EAGLE-3, DFlash; the
                      block drafter's default: layer 0, 'top': none)
     block_layers=L   the block drafter's layers (default 1)
-    correction=recurrent
-                     the corrected block drafter's correction also reads
-                     the corrected state before each head, not only its
-                     proposal (default token)
+    correction=token
+                     the corrected block drafter's correction reads only
+                     the proposal before each head, not also the corrected
+                     state before it (default recurrent: more tokens per
+                     call at the same cost)
     targets=base     heads 2..k learn the base's own distribution at each
                      position, what exact verification accepts (default
                      data)
@@ -83,7 +84,7 @@ def get_config(arg=None):
                                  root='', init_from='', distilled='',
                                  base='finetuned',
                                  with_heads=False, features='',
-                                 block_layers=1, correction='token',
+                                 block_layers=1, correction='',
                                  targets='data', inputs='data', prompt=32)
   config_options.check_choice(options, 'base', BASES)
   frozen = options['base'] == 'frozen'

@@ -35,10 +35,11 @@ Options (`--config=configs/multi30k.py:data_dir=/path,quick`):
                      only, the block drafter's default layer 0; 'top' the
                      top only)
     block_layers=L   the block drafter's layers (default 1)
-    correction=recurrent
-                     the corrected block drafter's correction also reads
-                     the corrected state before each head, not only its
-                     proposal (default token)
+    correction=token
+                     the corrected block drafter's correction reads only
+                     the proposal before each head, not also the corrected
+                     state before it (default recurrent: more tokens per
+                     call at the same cost)
     targets=data     what heads 2..k learn: data (the references) or base
                      (the base's own distribution at each position, what
                      exact verification accepts)
@@ -81,7 +82,7 @@ def get_config(arg=None):
   options = config_options.parse(
       arg, data_dir='../shared/data/multi30k', quick=False, init_from='',
       base='frozen', heads='independent', distilled='', source='none',
-      features='', block_layers=1, correction='token', targets='data',
+      features='', block_layers=1, correction='', targets='data',
       inputs='data', with_heads=False)
   quick, init_from = options['quick'], options['init_from']
   if options['with_heads'] and not init_from:

@@ -109,7 +109,7 @@ if [[ " $PARTS " == *" train "* ]]; then
   # Drafters on a base cut short would measure that base: none then.
   train base "" "${STEPS[@]}" ${STEPS[@]:+--config.train.base_steps=60} &&
   for run in ar_src_base_soft:heads=autoregressive,source=base,targets=base \
-      m30k_blockc:heads=block_corrected,source=base,targets=base; do
+      m30k_blockc:heads=block_corrected,correction=token,source=base,targets=base; do
     train "${run%%:*}" "init_from=$RUNS/base,${run#*:}" "${STEPS[@]}"
   done
   if [ ! -e "$RUNS/base/vocab.model" ]; then
@@ -137,7 +137,7 @@ for run in base: sequential:heads=sequential \
     draft_layer:heads=autoregressive \
     ar_src_base_soft:heads=autoregressive,source=base,targets=base \
     m30k_block:heads=block,block_layers=2,source=base,targets=base \
-    m30k_blockc:heads=block_corrected,source=base,targets=base \
+    m30k_blockc:heads=block_corrected,correction=token,source=base,targets=base \
     distilled_finetuned:distilled=$RUNS/distilled,base=finetuned \
     distilled_frozen_sequential:distilled=$RUNS/distilled,heads=sequential \
     distilled_sequential:distilled=$RUNS/distilled,base=finetuned,heads=sequential; do

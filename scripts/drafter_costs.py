@@ -84,8 +84,9 @@ def config_of(shape: str, drafter: str, k: int, prompt_len: int,
   """The float32 model of the shape with `drafter`'s k heads. An
   encoder-decoder's draft layer and block drafter read the source through
   the base's keys and values; the block drafter reads the base's lowest
-  and middle decoder layers beside the top (configs/base.py's `drafter`),
-  the draft layer the top alone (as its measured runs)."""
+  and middle decoder layers beside the top and its correction is recurrent
+  (configs/base.py's `drafter`), the draft layer the top alone (as its
+  measured runs)."""
   fields = dict(SHAPES[shape])
   below_top = fields['num_decoder_layers'] - 1
   block = drafter in ('block', 'block_corrected')
@@ -97,6 +98,7 @@ def config_of(shape: str, drafter: str, k: int, prompt_len: int,
   config = TransformerConfig(
       **fields, num_proposal_heads=k, head_layer=drafter,
       draft_feature_layers=features, draft_source=source, dropout_rate=0.0,
+      correction_recurrent=drafter == 'block_corrected',
       max_source_len=prompt_len + 1, max_target_len=prompt_len + max_len + k)
   return config
 

@@ -22,7 +22,7 @@ def lm_demo_config(arg=None):
 @pytest.mark.parametrize('arg', ['', 'quick', 'heads=independent',
                                  'heads=autoregressive,quick',
                                  'prompt=512,k=4',
-                                 'heads=block_corrected,correction=recurrent'])
+                                 'heads=block_corrected,correction=token'])
 def test_every_option_passes_the_checks(arg):
   config = lm_demo_config(arg)
   config_checks.check(config)

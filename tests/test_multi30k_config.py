@@ -57,6 +57,8 @@ def test_default_is_the_frozen_independent_run():
      r"correction='chain' is not one of \('token', 'recurrent'\)"),
     ('heads=block,correction=recurrent', "correction='recurrent' is the "
      "corrected block drafter's: give heads=block_corrected"),
+    ('heads=independent,correction=token', "correction='token' is the "
+     "corrected block drafter's: give heads=block_corrected"),
 ])
 def test_bad_options(arg, message):
   with pytest.raises(ValueError, match=message):
@@ -71,10 +73,14 @@ def test_drafter_options_reach_the_model_and_the_loss():
   assert config.model.draft_feature_layers == (0,)
   assert (config.train.head_targets, config.train.draft_inputs) == ('base',
                                                                     'own')
-  recurrent = load_config('multi30k', 'init_from=/runs/base,source=base,'
-                          'heads=block_corrected,correction=recurrent')
-  config_checks.check(recurrent)
-  assert recurrent.model.correction_recurrent
+  # The corrected block drafter's correction is recurrent unless told
+  # otherwise; no other drafter has one.
+  for correction, recurrent in (('', True), (',correction=recurrent', True),
+                                (',correction=token', False)):
+    corrected = load_config('multi30k', 'init_from=/runs/base,source=base,'
+                            'heads=block_corrected' + correction)
+    config_checks.check(corrected)
+    assert corrected.model.correction_recurrent == recurrent
   assert not config.model.correction_recurrent
   # The source and the lower layers are the draft layer's; own drafts are
   # read only by heads that read drafts.
