@@ -278,8 +278,8 @@ def drafter(config, heads: str, features: str = '', block_layers: int = 1,
     layers = tuple(sorted({0, (below_top - 1) // 2} & set(range(below_top))))
   model.draft_feature_layers = layers  # See get_config().
   model.block_layers = block_layers  # See get_config().
-  model.correction_recurrent = (heads == 'block_corrected'  # See get_config().
-                                and correction != 'token')
+  model.correction_recurrent = (  # See get_config().
+      heads == 'block_corrected' and correction != 'token')
   if heads in ('block', 'block_corrected'):
     # A block at half of each row's positions, its heads weighing less
     # with their distance (a draft is accepted up to its first miss;
