@@ -6,6 +6,7 @@ imported before any test module.
 """
 
 import os
+import tempfile
 
 import xla_flags
 
@@ -14,11 +15,25 @@ os.environ['XLA_FLAGS'] = ' '.join(
      '--xla_force_host_platform_device_count=8',
      xla_flags.COMPILE_FAST]).strip()
 
-
 import gc
+import shutil
 
 import jax
 import pytest
+
+# A disk cache of compiled programs for this test process: the same tiny
+# programs recur across test files (each file's in-memory cache is dropped
+# after it, below), and one read back from disk skips XLA's compiler; the
+# default run takes about an eighth less time. Every program is kept, however
+# fast it compiled. Set here, not in the environment, so each worker has
+# its own and the jobs tests start (some of them side by side) use none:
+# jax writes an entry in place, and a process reading one another is still
+# writing would get it truncated. JAX's log of each compilation ('Finished
+# XLA compilation') still names a program read back, so the tests that
+# count compilations see it. Deleted at the end (pytest_unconfigure).
+_CACHE_DIR = tempfile.mkdtemp(prefix='bpd_jax_tests_xla_')
+jax.config.update('jax_compilation_cache_dir', _CACHE_DIR)
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -35,6 +50,12 @@ def _release_compiled_programs():
   yield
   jax.clear_caches()
   gc.collect()
+
+
+def pytest_unconfigure(config):
+  """Deletes the compiled-program cache this process made."""
+  del config
+  shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_xdist_auto_num_workers(config):
