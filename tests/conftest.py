@@ -1,5 +1,6 @@
 """Test setup: 8 simulated CPU devices, so sharded decoding can be tested,
-and XLA's CPU backend set to compile fast (tests/xla_flags.py).
+XLA's CPU backend set to compile fast (tests/xla_flags.py), and each test
+process's compiled programs kept on disk for the run.
 
 The flags must be set before jax creates its CPU client; conftest.py is
 imported before any test module.
